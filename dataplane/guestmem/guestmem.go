@@ -1,0 +1,248 @@
+// Package guestmem maps a frontend's guest memory regions and translates
+// guest-physical and frontend-virtual addresses into host byte slices.
+//
+// Every translation is bounds- and overflow-checked: a guest or frontend
+// address that is not wholly inside one mapped region yields no memory. A
+// Table is immutable; changing the memory layout builds a new Table, and the
+// owner (dataplane/netdev) swaps it in only while no worker touches guest
+// memory, then unmaps what the new table no longer uses.
+//
+// Guest memory is shared with a process we do not trust: it can change under
+// us at any time (so values are read once, by the callers), and a frontend
+// could even shrink a non-sealed file so that an access faults with SIGBUS.
+// Goroutines that touch guest memory run with debug.SetPanicOnFault so such a
+// fault becomes a recoverable panic confined to one queue.
+package guestmem
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// Region is one mapped guest memory region.
+type Region struct {
+	GPA  uint64 // guest physical address of the first byte
+	UVA  uint64 // frontend user virtual address of the first byte
+	Size uint64
+
+	mapping []byte // whole mmap, from file offset 0
+	data    []byte // mapping[mmapOffset : mmapOffset+Size]
+}
+
+// maxRegionBytes caps one mapping. No guest has 16 TiB of RAM per region;
+// the cap keeps hostile sizes from reaching mmap at all.
+const maxRegionBytes = 1 << 44
+
+// ErrOutOfBounds is returned when an address range is not inside guest
+// memory.
+var ErrOutOfBounds = errors.New("guest address range outside mapped memory")
+
+// Map maps size bytes of fd at mmapOffset as the region that the frontend
+// sees at gpa (guest physical) and uva (its own virtual address). Map does
+// not close fd; the caller does once Map returns.
+func Map(fd int, gpa, size, uva, mmapOffset uint64) (*Region, error) {
+	switch {
+	case size == 0:
+		return nil, fmt.Errorf("region at gpa %#x: size is 0", gpa)
+	case size > maxRegionBytes:
+		return nil, fmt.Errorf("region at gpa %#x: size %#x exceeds %#x", gpa, size, uint64(maxRegionBytes))
+	case gpa+size < gpa, uva+size < uva, mmapOffset+size < mmapOffset:
+		return nil, fmt.Errorf("region at gpa %#x: address + size %#x overflows", gpa, size)
+	case mmapOffset > maxRegionBytes:
+		return nil, fmt.Errorf("region at gpa %#x: mmap_offset %#x exceeds %#x", gpa, mmapOffset, uint64(maxRegionBytes))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("region at gpa %#x: fstat: %w", gpa, err)
+	}
+	// Touching a page past the end of the file raises SIGBUS, so refuse a
+	// region that the file does not back when we map it.
+	end := mmapOffset + size
+	if st.Size < 0 || uint64(st.Size) < end {
+		return nil, fmt.Errorf("region at gpa %#x: file has %d bytes, region needs %d (offset %#x + size %#x)", gpa, st.Size, end, mmapOffset, size)
+	}
+	// hugetlbfs wants lengths in whole huge pages (its st_blksize).
+	length := end
+	if bs := uint64(st.Blksize); bs > 0 && bs&(bs-1) == 0 {
+		length = (end + bs - 1) &^ (bs - 1)
+		if length > uint64(st.Size) {
+			length = end
+		}
+	}
+	m, err := unix.Mmap(fd, 0, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("region at gpa %#x: mmap %d bytes: %w", gpa, length, err)
+	}
+	return &Region{GPA: gpa, UVA: uva, Size: size, mapping: m, data: m[mmapOffset:end:end]}, nil
+}
+
+// Unmap releases the mapping. The region must no longer be reachable from a
+// table in use.
+func (r *Region) Unmap() error {
+	if r.mapping == nil {
+		return nil
+	}
+	err := unix.Munmap(r.mapping)
+	r.mapping, r.data = nil, nil
+	return err
+}
+
+// Bytes returns the whole region's memory.
+func (r *Region) Bytes() []byte { return r.data }
+
+// Table is an immutable set of non-overlapping regions.
+type Table struct {
+	regions []*Region // sorted by GPA
+}
+
+// MaxRegions bounds a table: GET_MAX_MEM_SLOTS answers this, the same
+// number rust-vmm and QEMU use for virtio-mem.
+const MaxRegions = 509
+
+// NewTable builds a table, refusing overlapping regions in either address
+// space.
+func NewTable(regions []*Region) (*Table, error) {
+	if len(regions) > MaxRegions {
+		return nil, fmt.Errorf("%d regions exceed the limit of %d", len(regions), MaxRegions)
+	}
+	rs := append([]*Region(nil), regions...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].GPA < rs[j].GPA })
+	for i := 1; i < len(rs); i++ {
+		if rs[i].GPA < rs[i-1].GPA+rs[i-1].Size {
+			return nil, fmt.Errorf("region gpa %#x overlaps region gpa %#x size %#x", rs[i].GPA, rs[i-1].GPA, rs[i-1].Size)
+		}
+	}
+	byUVA := append([]*Region(nil), rs...)
+	sort.Slice(byUVA, func(i, j int) bool { return byUVA[i].UVA < byUVA[j].UVA })
+	for i := 1; i < len(byUVA); i++ {
+		if byUVA[i].UVA < byUVA[i-1].UVA+byUVA[i-1].Size {
+			return nil, fmt.Errorf("region uva %#x overlaps region uva %#x size %#x", byUVA[i].UVA, byUVA[i-1].UVA, byUVA[i-1].Size)
+		}
+	}
+	return &Table{regions: rs}, nil
+}
+
+// Regions returns the regions, sorted by GPA. Callers must not modify it.
+func (t *Table) Regions() []*Region {
+	if t == nil {
+		return nil
+	}
+	return t.regions
+}
+
+// Len returns the number of regions.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.regions)
+}
+
+// Unmap unmaps every region of the table.
+func (t *Table) Unmap() {
+	if t == nil {
+		return
+	}
+	for _, r := range t.regions {
+		r.Unmap()
+	}
+}
+
+// regionGPA returns the region holding gpa.
+func (t *Table) regionGPA(gpa uint64) *Region {
+	rs := t.regions
+	if len(rs) <= 8 {
+		for _, r := range rs {
+			if gpa-r.GPA < r.Size && gpa >= r.GPA {
+				return r
+			}
+		}
+		return nil
+	}
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].GPA+rs[i].Size > gpa })
+	if i < len(rs) && gpa >= rs[i].GPA {
+		return rs[i]
+	}
+	return nil
+}
+
+// Slice returns the n bytes at guest physical address gpa if they lie in one
+// region. It never allocates.
+func (t *Table) Slice(gpa, n uint64) ([]byte, error) {
+	if t == nil {
+		return nil, ErrOutOfBounds
+	}
+	r := t.regionGPA(gpa)
+	if r == nil {
+		return nil, ErrOutOfBounds
+	}
+	off := gpa - r.GPA
+	if n > r.Size-off {
+		return nil, ErrOutOfBounds
+	}
+	return r.data[off : off+n : off+n], nil
+}
+
+// Span returns the longest host-contiguous prefix, at most n bytes, of the
+// guest range starting at gpa: a buffer that is contiguous in guest physical
+// memory may cross into an adjacent region mapped elsewhere. It returns nil
+// when gpa is not mapped.
+func (t *Table) Span(gpa, n uint64) []byte {
+	if t == nil {
+		return nil
+	}
+	r := t.regionGPA(gpa)
+	if r == nil {
+		return nil
+	}
+	off := gpa - r.GPA
+	if n > r.Size-off {
+		n = r.Size - off
+	}
+	return r.data[off : off+n : off+n]
+}
+
+// SliceUVA translates a frontend virtual address range, used for ring
+// addresses (SET_VRING_ADDR carries frontend virtual addresses).
+func (t *Table) SliceUVA(uva, n uint64) ([]byte, error) {
+	if t == nil {
+		return nil, ErrOutOfBounds
+	}
+	for _, r := range t.regions {
+		if uva >= r.UVA && uva-r.UVA < r.Size {
+			off := uva - r.UVA
+			if n > r.Size-off {
+				return nil, ErrOutOfBounds
+			}
+			return r.data[off : off+n : off+n], nil
+		}
+	}
+	return nil, ErrOutOfBounds
+}
+
+// With returns a new table holding t's regions plus r.
+func (t *Table) With(r *Region) (*Table, error) {
+	return NewTable(append(append([]*Region(nil), t.Regions()...), r))
+}
+
+// Without returns a new table without the region that matches gpa, size
+// and uva exactly, and that region (to unmap once the new table is live).
+func (t *Table) Without(gpa, size, uva uint64) (*Table, *Region, error) {
+	var keep []*Region
+	var gone *Region
+	for _, r := range t.Regions() {
+		if gone == nil && r.GPA == gpa && r.Size == size && r.UVA == uva {
+			gone = r
+			continue
+		}
+		keep = append(keep, r)
+	}
+	if gone == nil {
+		return nil, nil, fmt.Errorf("no region at gpa %#x size %#x uva %#x", gpa, size, uva)
+	}
+	nt, err := NewTable(keep)
+	return nt, gone, err
+}
