@@ -235,3 +235,14 @@ func (w *Writer) CopyFrom(r *Reader, max int) int {
 
 // Full reports whether the chain has no writable room left.
 func (w *Writer) Full() bool { return !w.fill() }
+
+// Skip moves past up to n writable bytes without writing them.
+func (w *Writer) Skip(n int) int {
+	done := 0
+	for done < n && w.fill() {
+		k := min(n-done, len(w.seg))
+		w.seg = w.seg[k:]
+		done += k
+	}
+	return done
+}

@@ -1,0 +1,230 @@
+// Package dataplane is vhostmq's node dataplane: vhost-user net ports
+// (dataplane/netdev) joined by a learning L2 switch (dataplane/vswitch),
+// with each queue pair served by a worker thread pinned to a CPU.
+//
+// The Dataplane type is the Go API for the port lifecycle that the node
+// agent exposes over gRPC; cmd/vhostmq-dataplane drives it from a config
+// file.
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
+	"github.com/vhostmq/vhostmq/dataplane/vswitch"
+)
+
+// Config configures the dataplane as a whole.
+type Config struct {
+	// CPUs the workers run on, one worker per CPU. Empty means one worker,
+	// not pinned.
+	CPUs []int
+	// MACAge is how long a learned address lives without traffic.
+	MACAge time.Duration
+	Logger *slog.Logger
+}
+
+// ErrPortExists and ErrNoPort are returned by AddPort and RemovePort.
+var (
+	ErrPortExists = errors.New("port already exists")
+	ErrNoPort     = errors.New("no such port")
+)
+
+// Dataplane owns the workers, the switch and the ports.
+type Dataplane struct {
+	log     *slog.Logger
+	workers []*worker
+	macs    *vswitch.Table[*port]
+	macAge  time.Duration
+
+	mu     sync.Mutex
+	byName map[string]*port
+	ports  atomic.Pointer[[]*port] // every port, for flooding
+	next   int                     // round-robin start for the next port's pairs
+
+	stopAging chan struct{}
+	agingDone chan struct{}
+}
+
+// port is the dataplane's view of a netdev port.
+type port struct {
+	dev     *netdev.Port
+	workers []*worker // by pair
+	flows   vswitch.FlowTable
+	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
+}
+
+// New starts the workers.
+func New(cfg Config) (*Dataplane, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.MACAge <= 0 {
+		cfg.MACAge = 300 * time.Second
+	}
+	d := &Dataplane{log: log, macs: vswitch.NewTable[*port](0), macAge: cfg.MACAge, byName: map[string]*port{},
+		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
+	d.ports.Store(&[]*port{})
+	cpus := cfg.CPUs
+	if len(cpus) == 0 {
+		cpus = []int{-1}
+	}
+	for i, cpu := range cpus {
+		w, err := newWorker(d, i, cpu)
+		if err != nil {
+			d.stopWorkers()
+			return nil, err
+		}
+		d.workers = append(d.workers, w)
+		go w.routine()
+	}
+	go d.routineAging()
+	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus)
+	return d, nil
+}
+
+// AddPort creates a port and assigns its queue pairs to workers, spreading
+// each port's pairs over distinct workers (CPUs) where there are enough.
+func (d *Dataplane) AddPort(cfg netdev.Config) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.byName[cfg.Name]; ok {
+		return fmt.Errorf("port %q: %w", cfg.Name, ErrPortExists)
+	}
+	if cfg.QueuePairs < 1 || cfg.QueuePairs > vhostuser.MaxQueuePairs {
+		return fmt.Errorf("port %q: queuePairs: %d is outside 1..%d", cfg.Name, cfg.QueuePairs, vhostuser.MaxQueuePairs)
+	}
+	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs)}
+	for i := range cfg.QueuePairs {
+		p.workers = append(p.workers, d.workers[(d.next+i)%len(d.workers)])
+	}
+	hooks := netdev.Hooks{
+		WatchKick:   func(v *netdev.Vring, fd int) { p.workers[v.Pair()].watch(v, fd) },
+		UnwatchKick: func(v *netdev.Vring, fd int) { p.workers[v.Pair()].unwatch(v, fd) },
+		Changed: func(v *netdev.Vring) {
+			if !v.IsTX() {
+				p.rxReady[v.Pair()].Store(v.Queue() != nil)
+				return
+			}
+			p.workers[v.Pair()].wake()
+		},
+		RARP: func(_ *netdev.Port, mac net.HardwareAddr) {
+			var m vswitch.MAC
+			copy(m[:], mac)
+			d.macs.Learn(m, p, time.Now().UnixNano())
+			d.log.Info("guest announced after migration (RARP)", "port", cfg.Name, "mac", mac.String())
+		},
+	}
+	dev, err := netdev.New(cfg, d.log, hooks)
+	if err != nil {
+		return err
+	}
+	p.dev = dev
+	d.next = (d.next + 1) % len(d.workers)
+	d.byName[cfg.Name] = p
+	all := append(append([]*port(nil), *d.ports.Load()...), p)
+	d.ports.Store(&all)
+	for i, w := range p.workers {
+		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1]})
+	}
+	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU())
+	return nil
+}
+
+// RemovePort disconnects a port's frontend and forgets it.
+func (d *Dataplane) RemovePort(name string) error {
+	d.mu.Lock()
+	p, ok := d.byName[name]
+	if !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("port %q: %w", name, ErrNoPort)
+	}
+	delete(d.byName, name)
+	all := slices.DeleteFunc(append([]*port(nil), *d.ports.Load()...), func(x *port) bool { return x == p })
+	d.ports.Store(&all)
+	d.mu.Unlock()
+	d.macs.Forget(p)
+	for _, w := range d.workers {
+		w.remove(p)
+	}
+	// Workers still holding p see its rings stop under their locks; guest
+	// memory is unmapped only after that.
+	p.dev.Close()
+	d.log.Info("port removed", "port", name)
+	return nil
+}
+
+// Port returns a port's device.
+func (d *Dataplane) Port(name string) (*netdev.Port, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return p.dev, true
+}
+
+// Close removes every port and stops the workers.
+func (d *Dataplane) Close() {
+	d.mu.Lock()
+	var names []string
+	for n := range d.byName {
+		names = append(names, n)
+	}
+	d.mu.Unlock()
+	for _, n := range names {
+		d.RemovePort(n)
+	}
+	close(d.stopAging)
+	<-d.agingDone
+	d.stopWorkers()
+}
+
+func (d *Dataplane) stopWorkers() {
+	for _, w := range d.workers {
+		w.stop()
+	}
+}
+
+func (d *Dataplane) routineAging() {
+	defer close(d.agingDone)
+	t := time.NewTicker(d.macAge / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopAging:
+			return
+		case now := <-t.C:
+			if n := d.macs.Age(now.UnixNano(), int64(d.macAge)); n > 0 {
+				d.log.Debug("aged out MAC addresses", "count", n)
+			}
+		}
+	}
+}
+
+// pickRX chooses the RX queue pair for a flow: the one the guest sent the
+// flow from, when known and ready; else by hash; else the next ready one.
+func (p *port) pickRX(hash uint32) int {
+	n := len(p.rxReady)
+	if q := p.flows.Lookup(hash); q >= 0 && q < n && p.rxReady[q].Load() {
+		return q
+	}
+	start := int(hash % uint32(n))
+	for i := range n {
+		q := (start + i) % n
+		if p.rxReady[q].Load() {
+			return q
+		}
+	}
+	return -1
+}

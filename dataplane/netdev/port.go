@@ -1,0 +1,382 @@
+// Package netdev is the vhost-user net device: one Port per vhost-user
+// socket. It owns the socket (listening or dialling, with endless
+// reconnect), negotiates features, maps guest memory and sets up the vrings
+// that the dataplane's workers then serve. It does not move packets.
+package netdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/guestmem"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
+	"github.com/vhostmq/vhostmq/dataplane/virtio"
+	"github.com/vhostmq/vhostmq/dataplane/virtq"
+)
+
+// Role says which side of the socket the dataplane is.
+type Role string
+
+const (
+	// RoleServer: the dataplane listens; QEMU (reconnect=1) or DPDK
+	// virtio-user connects.
+	RoleServer Role = "server"
+	// RoleClient: QEMU listens (server=on, as KubeVirt configures it) and the
+	// dataplane dials, again and again after every disconnect.
+	RoleClient Role = "client"
+)
+
+// Config describes one port.
+type Config struct {
+	Name       string
+	Socket     string
+	Role       Role
+	QueuePairs int
+	MTU        int
+	MAC        net.HardwareAddr // optional, informational
+}
+
+// Limits on a port's configuration.
+const (
+	MinMTU = 68
+	MaxMTU = 9702 // what OVS-DPDK and KubeVirt's binding accept
+)
+
+// Validate checks the configuration and names the bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("name: must not be empty")
+	case c.Socket == "":
+		return fmt.Errorf("port %q: socket: must not be empty", c.Name)
+	case len(c.Socket) >= 108:
+		return fmt.Errorf("port %q: socket: path is %d bytes, a unix socket path must be shorter than 108", c.Name, len(c.Socket))
+	case c.Role != RoleServer && c.Role != RoleClient:
+		return fmt.Errorf("port %q: role: %q is not server or client", c.Name, c.Role)
+	case c.QueuePairs < 1 || c.QueuePairs > vhostuser.MaxQueuePairs:
+		return fmt.Errorf("port %q: queuePairs: %d is outside 1..%d", c.Name, c.QueuePairs, vhostuser.MaxQueuePairs)
+	case c.MTU < MinMTU || c.MTU > MaxMTU:
+		return fmt.Errorf("port %q: mtu: %d is outside %d..%d", c.Name, c.MTU, MinMTU, MaxMTU)
+	}
+	return nil
+}
+
+// Hooks connect a port to the rest of the dataplane. Every hook is called
+// with the vring's lock held and must not block.
+type Hooks struct {
+	// WatchKick and UnwatchKick tell the worker serving a TX vring which
+	// eventfd to wait on; UnwatchKick runs before the fd is closed.
+	WatchKick   func(v *Vring, fd int)
+	UnwatchKick func(v *Vring, fd int)
+	// Changed is called when a vring became ready or stopped being ready.
+	Changed func(v *Vring)
+	// RARP asks the switch to announce mac as living behind this port
+	// (SEND_RARP after a live migration).
+	RARP func(p *Port, mac net.HardwareAddr)
+}
+
+// OfferedFeatures are the virtio features every port offers, identical
+// after every reconnect (a frontend that reconnects checks that they did
+// not change).
+const OfferedFeatures uint64 = 1<<virtio.FVersion1 | 1<<virtio.FIndirectDesc | 1<<virtio.FEventIdx |
+	1<<virtio.NetFMrgRxbuf | 1<<virtio.NetFMQ | 1<<virtio.NetFMTU | 1<<virtio.NetFGuestAnnounce |
+	1<<vhostuser.FeatureProtocolFeatures
+
+// OfferedProtocolFeatures are the vhost-user protocol features offered.
+const OfferedProtocolFeatures uint64 = 1<<vhostuser.ProtoMQ | 1<<vhostuser.ProtoReplyAck |
+	1<<vhostuser.ProtoConfigureMemSlots | 1<<vhostuser.ProtoNetMTU | 1<<vhostuser.ProtoRARP |
+	1<<vhostuser.ProtoStatus
+
+// Port is one vhost-user net device.
+type Port struct {
+	cfg    Config
+	log    *slog.Logger
+	hooks  Hooks
+	vrings []*Vring
+
+	// session state, guarded by ctl (the connection goroutine is the only
+	// writer; readers outside take the lock)
+	ctl struct {
+		sync.Mutex
+		features    uint64
+		featuresSet bool
+		protocol    uint64
+		mem         *guestmem.Table
+		status      uint8
+		conn        *vhostuser.Conn
+	}
+	mtu atomic.Int32 // the MTU in force: the port's, or a smaller one QEMU set
+
+	connected atomic.Bool
+	connects  atomic.Uint64
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New creates a port and starts serving its socket in the background.
+func New(cfg Config, log *slog.Logger, hooks Hooks) (*Port, error) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, done: make(chan struct{})}
+	p.mtu.Store(int32(cfg.MTU))
+	for i := 0; i < 2*cfg.QueuePairs; i++ {
+		p.vrings = append(p.vrings, newVring(p, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	var ln *net.UnixListener
+	if cfg.Role == RoleServer {
+		var err error
+		if ln, err = listen(cfg.Socket); err != nil {
+			cancel()
+			return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
+		}
+	}
+	go p.routineSocket(ctx, ln)
+	return p, nil
+}
+
+// Config returns the port's configuration.
+func (p *Port) Config() Config { return p.cfg }
+
+// Name returns the port's name.
+func (p *Port) Name() string { return p.cfg.Name }
+
+// Vrings returns the port's vrings (2 per queue pair).
+func (p *Port) Vrings() []*Vring { return p.vrings }
+
+// Connected reports whether a frontend is attached.
+func (p *Port) Connected() bool { return p.connected.Load() }
+
+// Connects counts frontend connections since the port was created.
+func (p *Port) Connects() uint64 { return p.connects.Load() }
+
+// MTU returns the MTU in force (the port's, or a smaller one QEMU set).
+func (p *Port) MTU() int { return int(p.mtu.Load()) }
+
+// Features returns the negotiated virtio features.
+func (p *Port) Features() uint64 {
+	p.ctl.Lock()
+	defer p.ctl.Unlock()
+	return p.ctl.features
+}
+
+// Close stops serving, disconnects the frontend, releases guest memory and
+// removes the socket file the port created.
+func (p *Port) Close() {
+	p.cancel()
+	<-p.done
+}
+
+func listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket: %s exists and is not a socket", path)
+		}
+		os.Remove(path) // stale socket of an earlier run
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// routineSocket accepts (server) or dials (client) frontends, one at a time,
+// forever, until the port is closed.
+func (p *Port) routineSocket(ctx context.Context, ln *net.UnixListener) {
+	defer close(p.done)
+	if ln != nil {
+		go func() { <-ctx.Done(); ln.Close() }()
+	}
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		var c *net.UnixConn
+		var err error
+		if ln != nil {
+			c, err = ln.AcceptUnix()
+		} else {
+			var d net.Dialer
+			var nc net.Conn
+			if nc, err = d.DialContext(ctx, "unix", p.cfg.Socket); err == nil {
+				c = nc.(*net.UnixConn)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if ln != nil {
+				p.log.Error("accept failed", "err", err)
+			} else if p.connects.Load() == 0 && backoff == 50*time.Millisecond {
+				p.log.Info("waiting for the frontend's socket", "socket", p.cfg.Socket, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		p.serve(ctx, c)
+	}
+	p.reset()
+}
+
+// serve runs one frontend session. Any protocol error ends this session
+// only; the port waits for the next one.
+func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
+	conn := vhostuser.NewConn(c)
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	p.ctl.Lock()
+	p.ctl.conn = conn
+	p.ctl.Unlock()
+	p.connected.Store(true)
+	n := p.connects.Add(1)
+	p.log.Info("frontend connected", "socket", p.cfg.Socket, "role", p.cfg.Role, "connection", n)
+	err := p.session(conn)
+	conn.Close()
+	p.connected.Store(false)
+	p.reset()
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed), isEOF(err):
+		p.log.Info("frontend disconnected", "socket", p.cfg.Socket)
+	default:
+		p.log.Warn("frontend connection closed after an error", "socket", p.cfg.Socket, "err", err)
+	}
+}
+
+func (p *Port) session(conn *vhostuser.Conn) error {
+	for {
+		m, err := conn.ReadMessage()
+		if err != nil {
+			return err
+		}
+		err = p.handleSafely(conn, m)
+		m.CloseFDs()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// handleSafely confines a panic (a bug, or a fault in guest memory) to this
+// connection.
+func (p *Port) handleSafely(conn *vhostuser.Conn, m *vhostuser.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("vhost-user %s: handler panicked: %v", m.Request, r)
+		}
+	}()
+	return p.handle(conn, m)
+}
+
+// reset returns the port to its unconnected state: every ring stopped, its
+// eventfds closed, guest memory unmapped.
+func (p *Port) reset() {
+	p.ctl.Lock()
+	defer p.ctl.Unlock()
+	p.lockAll()
+	for _, v := range p.vrings {
+		v.stop()
+		p.dropKick(v)
+		closeFD(&v.callFD)
+		closeFD(&v.errFD)
+		v.num, v.base, v.addrSet, v.enabled, v.broken = 0, 0, false, false, nil
+		v.addr = vhostuser.VringAddr{}
+		p.changed(v)
+	}
+	old := p.ctl.mem
+	p.ctl.mem = nil
+	p.unlockAll()
+	old.Unmap()
+	p.ctl.features, p.ctl.featuresSet, p.ctl.protocol, p.ctl.status = 0, false, 0, 0
+	p.mtu.Store(int32(p.cfg.MTU))
+	p.ctl.conn = nil
+}
+
+// lockAll takes every vring lock in the global order: TX vrings first.
+func (p *Port) lockAll() {
+	for i := 1; i < len(p.vrings); i += 2 {
+		p.vrings[i].mu.Lock()
+	}
+	for i := 0; i < len(p.vrings); i += 2 {
+		p.vrings[i].mu.Lock()
+	}
+}
+
+func (p *Port) unlockAll() {
+	for _, v := range p.vrings {
+		v.mu.Unlock()
+	}
+}
+
+func (p *Port) dropKick(v *Vring) {
+	if v.kickFD >= 0 && v.IsTX() && p.hooks.UnwatchKick != nil {
+		p.hooks.UnwatchKick(v, v.kickFD)
+	}
+	closeFD(&v.kickFD)
+}
+
+func (p *Port) changed(v *Vring) {
+	if p.hooks.Changed != nil {
+		p.hooks.Changed(v)
+	}
+}
+
+func (p *Port) queueFeatures() virtq.Features {
+	return virtq.Features{
+		EventIdx:     p.ctl.features&(1<<virtio.FEventIdx) != 0,
+		IndirectDesc: p.ctl.features&(1<<virtio.FIndirectDesc) != 0,
+	}
+}
+
+// hdrLen is the virtio-net header size the negotiated features imply.
+func (p *Port) hdrLen() int {
+	if p.ctl.features&(1<<virtio.FVersion1|1<<virtio.NetFMrgRxbuf) != 0 {
+		return virtio.NetHdrSize
+	}
+	return virtio.NetHdrLegacySize
+}
+
+// rebuild re-derives a vring's queue; caller holds ctl and the vring lock.
+func (p *Port) rebuild(v *Vring) {
+	v.hdrLen = p.hdrLen()
+	v.mergeable = p.ctl.features&(1<<virtio.NetFMrgRxbuf) != 0
+	if err := v.rebuild(p.ctl.mem, p.queueFeatures()); err != nil {
+		v.broken = err
+		p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
+	}
+	p.changed(v)
+}
+
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, unix.ECONNRESET)
+}
+
+func errRing(what string, addr uint64, err error) error {
+	return fmt.Errorf("%s at frontend address %#x: %w", what, addr, err)
+}

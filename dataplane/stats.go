@@ -1,0 +1,128 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+)
+
+// PortStats is a snapshot of one port. In queue counters "rx" is toward the
+// guest (the guest receives) and "tx" is from the guest.
+type PortStats struct {
+	Name         string       `json:"name"`
+	Socket       string       `json:"socket"`
+	Role         string       `json:"role"`
+	Connected    bool         `json:"connected"`
+	Connects     uint64       `json:"connects"`
+	QueuePairs   int          `json:"queuePairs"`
+	EnabledPairs int          `json:"enabledPairs"`
+	MTU          int          `json:"mtu"`
+	Queues       []QueueStats `json:"queues"`
+}
+
+// QueueStats is a snapshot of one queue pair.
+type QueueStats struct {
+	Pair      int        `json:"pair"`
+	CPU       int        `json:"cpu"`
+	Worker    int        `json:"worker"`
+	RxEnabled bool       `json:"rxEnabled"`
+	TxEnabled bool       `json:"txEnabled"`
+	RxPackets uint64     `json:"rxPackets"`
+	RxBytes   uint64     `json:"rxBytes"`
+	TxPackets uint64     `json:"txPackets"`
+	TxBytes   uint64     `json:"txBytes"`
+	Kicks     uint64     `json:"kicks"`
+	Calls     uint64     `json:"calls"`
+	Drops     QueueDrops `json:"drops"`
+}
+
+// QueueDrops counts frames dropped, by reason.
+type QueueDrops struct {
+	RxNoBuffer    uint64 `json:"rxNoBuffer"`    // the guest had no RX buffer (or one too small)
+	RxDisabled    uint64 `json:"rxDisabled"`    // the RX ring was not ready
+	TxDisabled    uint64 `json:"txDisabled"`    // sent on a started but disabled ring: discarded
+	BadChain      uint64 `json:"badChain"`      // ring protocol violations (the ring stops)
+	MTU           uint64 `json:"mtu"`           // longer than the port's MTU allows
+	Runt          uint64 `json:"runt"`          // shorter than an Ethernet header
+	NoDestination uint64 `json:"noDestination"` // no port to deliver to
+}
+
+// Stats returns a snapshot of every port, sorted by name.
+func (d *Dataplane) Stats() []PortStats {
+	d.mu.Lock()
+	ports := make([]*port, 0, len(d.byName))
+	for _, p := range d.byName {
+		ports = append(ports, p)
+	}
+	d.mu.Unlock()
+	out := make([]PortStats, 0, len(ports))
+	for _, p := range ports {
+		cfg := p.dev.Config()
+		ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
+			Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU()}
+		vr := p.dev.Vrings()
+		for i := range cfg.QueuePairs {
+			rx, tx := vr[2*i], vr[2*i+1]
+			qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id}
+			qs.RxEnabled, qs.TxEnabled = ready(rx), ready(tx)
+			if qs.RxEnabled && qs.TxEnabled {
+				ps.EnabledPairs++
+			}
+			rc, tc := &rx.Counters, &tx.Counters
+			qs.RxPackets, qs.RxBytes = rc.Packets.Load(), rc.Bytes.Load()
+			qs.TxPackets, qs.TxBytes = tc.Packets.Load(), tc.Bytes.Load()
+			qs.Kicks = tc.Kicks.Load() + rc.Kicks.Load()
+			qs.Calls = tc.Calls.Load() + rc.Calls.Load()
+			qs.Drops = QueueDrops{
+				RxNoBuffer:    rc.DropNoBuf.Load(),
+				RxDisabled:    rc.DropDisable.Load(),
+				TxDisabled:    tc.DropDisable.Load(),
+				BadChain:      rc.DropBad.Load() + tc.DropBad.Load(),
+				MTU:           tc.DropMTU.Load(),
+				Runt:          tc.DropRunt.Load(),
+				NoDestination: tc.DropNoDest.Load(),
+			}
+			ps.Queues = append(ps.Queues, qs)
+		}
+		out = append(out, ps)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func ready(v *netdev.Vring) bool {
+	v.Lock()
+	defer v.Unlock()
+	return v.Queue() != nil
+}
+
+// WriteStatsFile writes the stats as JSON, atomically (temp file + rename),
+// so a reader never sees a partial file.
+func (d *Dataplane) WriteStatsFile(path string) error {
+	b, err := json.MarshalIndent(struct {
+		Ports []PortStats `json:"ports"`
+	}{d.Stats()}, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".stats-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,233 @@
+package dataplane
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+)
+
+// assignment is one queue pair a worker serves.
+type assignment struct {
+	port *port
+	pair int
+	tx   *netdev.Vring
+}
+
+// worker is one dataplane thread, locked to its OS thread and pinned to
+// one CPU. It serves the queue pairs assigned to it in turn, a burst each,
+// and sleeps in epoll_wait on their kick eventfds when none has work
+// (after re-enabling notifications and re-checking every ring, so that no
+// kick is lost). Busy and adaptive polling can be added in pass/idle
+// without touching the rest.
+type worker struct {
+	dp     *Dataplane
+	id     int
+	cpu    int
+	epfd   int
+	wakefd int
+
+	mu   sync.Mutex // serialises changes to list
+	list atomic.Pointer[[]*assignment]
+
+	stopping atomic.Bool
+	done     chan struct{}
+
+	passes   atomic.Uint64
+	sleeps   atomic.Uint64
+	panics   atomic.Uint64
+	events   [64]unix.EpollEvent
+	s        scratch
+	drainBuf [8]byte
+}
+
+const wakeToken = -1
+
+func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("worker %d: epoll_create: %w", id, err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("worker %d: eventfd: %w", id, err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd), Pad: wakeToken}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("worker %d: epoll_ctl: %w", id, err)
+	}
+	w := &worker{dp: dp, id: id, cpu: cpu, epfd: epfd, wakefd: wakefd, done: make(chan struct{})}
+	w.list.Store(&[]*assignment{})
+	return w, nil
+}
+
+// add and remove change the assignment list (copy on write) and wake the
+// worker so it sees the change.
+func (w *worker) add(a *assignment) {
+	w.mu.Lock()
+	l := append(append([]*assignment(nil), *w.list.Load()...), a)
+	w.list.Store(&l)
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) remove(p *port) {
+	w.mu.Lock()
+	var l []*assignment
+	for _, a := range *w.list.Load() {
+		if a.port != p {
+			l = append(l, a)
+		}
+	}
+	w.list.Store(&l)
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *worker) wake() { unix.Write(w.wakefd, eventOne[:]) }
+
+var eventOne = [8]byte{1}
+
+// watch and unwatch add a TX vring's kick eventfd to the epoll set; they
+// run under the vring's lock (netdev hooks). epoll_ctl may run while the
+// worker sleeps in epoll_wait.
+func (w *worker) watch(v *netdev.Vring, fd int) {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: int32(v.ID)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		w.dp.log.Error("cannot wait on kick eventfd", "port", v.Port.Name(), "vring", v.Index, "err", err)
+	}
+	w.wake()
+}
+
+func (w *worker) unwatch(_ *netdev.Vring, fd int) {
+	unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// routine is the worker thread.
+func (w *worker) routine() {
+	defer close(w.done)
+	runtime.LockOSThread() // never unlocked: the thread keeps its CPU mask and exits with us
+	if w.cpu >= 0 {
+		var set unix.CPUSet
+		set.Set(w.cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			w.dp.log.Warn("cannot pin worker", "worker", w.id, "cpu", w.cpu, "err", err)
+		}
+	}
+	// A fault in guest memory (a frontend shrinking its memory file) becomes
+	// a panic that pass() confines to the vring being touched.
+	debug.SetPanicOnFault(true)
+	w.dp.log.Debug("worker started", "worker", w.id, "cpu", w.cpu)
+	defer w.dp.log.Debug("worker stopped", "worker", w.id)
+	for !w.stopping.Load() {
+		w.passes.Add(1)
+		if w.pass() {
+			continue
+		}
+		if w.arm() {
+			continue
+		}
+		w.sleeps.Add(1)
+		w.sleep()
+		w.disarm()
+	}
+}
+
+// pass serves every assigned queue pair once.
+func (w *worker) pass() (worked bool) {
+	for _, a := range *w.list.Load() {
+		if w.serveSafely(a) {
+			worked = true
+		}
+	}
+	return worked
+}
+
+// serveSafely confines a panic while serving one vring (a bug or a guest
+// memory fault) to the vring it happened on.
+func (w *worker) serveSafely(a *assignment) (worked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.panics.Add(1)
+			v := w.s.culprit
+			if v == nil {
+				v = a.tx
+			}
+			w.s.culprit, w.s.nt = nil, 0
+			v.Lock()
+			w.breakVring(v, fmt.Errorf("fault while serving: %v", r))
+			v.Unlock()
+			worked = true
+		}
+	}()
+	return w.serveTX(a)
+}
+
+// arm re-enables guest kicks on every TX ring and reports whether work
+// arrived meanwhile.
+func (w *worker) arm() (more bool) {
+	for _, a := range *w.list.Load() {
+		a.tx.Lock()
+		if q := a.tx.Queue(); q != nil && q.SetNotify(true) {
+			more = true
+		} else if q := a.tx.StartedDisabled(); q != nil && q.SetNotify(true) {
+			more = true
+		}
+		a.tx.Unlock()
+	}
+	return more
+}
+
+// disarm asks the guests not to kick while the worker is busy.
+func (w *worker) disarm() {
+	for _, a := range *w.list.Load() {
+		a.tx.Lock()
+		if q := a.tx.Queue(); q != nil {
+			q.SetNotify(false)
+		}
+		a.tx.Unlock()
+	}
+}
+
+// sleep waits for a kick or a wake-up and drains the eventfds that fired.
+func (w *worker) sleep() {
+	n, err := unix.EpollWait(w.epfd, w.events[:], -1)
+	if err != nil {
+		return // EINTR
+	}
+	list := *w.list.Load()
+	for i := range n {
+		ev := &w.events[i]
+		if ev.Pad == wakeToken {
+			unix.Read(w.wakefd, w.drainBuf[:])
+			continue
+		}
+		for _, a := range list {
+			if a.tx.ID != uint32(ev.Pad) {
+				continue
+			}
+			a.tx.Lock()
+			if fd := a.tx.KickFD(); fd == int(ev.Fd) {
+				unix.Read(fd, w.drainBuf[:])
+				a.tx.Counters.Kicks.Add(1)
+			}
+			a.tx.Unlock()
+		}
+	}
+}
+
+func (w *worker) stop() {
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	unix.Close(w.epfd)
+	unix.Close(w.wakefd)
+}
