@@ -231,7 +231,7 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 		if copied == frameLen {
 			break
 		}
-		if r.Err() != nil || (c == 0 && wr.Full() == false) {
+		if r.Err() != nil || (c == 0 && !wr.Full()) {
 			// the source chain changed under us and ended early
 			rq.Unpop(nbufs)
 			return false

@@ -1,0 +1,59 @@
+# vhostmq — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+STATICCHECK_VERSION ?= v0.8.2
+FUZZTIME ?= 30s
+
+.DEFAULT_GOAL := help
+
+##@ Main
+
+.PHONY: demo
+demo: build ## Boot two QEMU guests on the dataplane, ping and iperf3 between them, show per-queue counters
+	hack/demo.sh
+
+.PHONY: test
+test: verify test-unit test-race test-e2e ## Everything CI runs: checks, unit/integration tests, fuzz seeds, QEMU and DPDK end-to-end tests
+
+##@ Build
+
+.PHONY: build
+build: ## Build every binary into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+##@ Tests
+
+.PHONY: test-unit
+test-unit: ## Go unit and integration tests (runs the fuzz seed corpora too)
+	$(GO) test -count=1 ./...
+
+.PHONY: test-race
+test-race: ## Go tests of the dataplane under the race detector
+	$(GO) test -count=1 -race ./dataplane/...
+
+.PHONY: test-e2e
+test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect) and DPDK virtio-user
+	hack/install-deps.sh
+	hack/e2e-qemu.sh --role both
+	hack/e2e-dpdk.sh
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
+	hack/fuzz.sh $(FUZZTIME)
+
+##@ Checks
+
+.PHONY: verify
+verify: ## gofmt, go vet, staticcheck
+	hack/verify.sh $(STATICCHECK_VERSION)
+
+##@ Misc
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf $(BIN) _output
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
