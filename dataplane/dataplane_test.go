@@ -600,3 +600,65 @@ func TestForwardingAllocatesNothing(t *testing.T) {
 		t.Errorf("b received %d frames, want %d", got, 6*burstSize)
 	}
 }
+
+// TestManyPairsAndMemSlots: 128 queue pairs (the vhost-user maximum) with
+// 1024-entry rings, memory set up region by region with ADD_MEM_REG.
+func TestManyPairsAndMemSlots(t *testing.T) {
+	d := newDataplane(t)
+	cfg := frontend.Config{QueuePairs: 128, QueueSize: 1024, UseMemSlots: true, Regions: 12,
+		ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoConfigureMemSlots}
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 128), cfg)
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 128), cfg)
+	if got := a.Info().MaxMemSlots; got < 12 {
+		t.Fatalf("GET_MAX_MEM_SLOTS = %d, want ≥ 12", got)
+	}
+	waitFor(t, "128 enabled pairs", func() bool { return portStats(t, d, "b").EnabledPairs == 128 })
+	learn(t, a, b, 128)
+	for _, pair := range []int{1, 63, 127} {
+		fr := udpFrame(macB, macA, uint16(pair), 1, []byte("far pair"))
+		if err := a.Send(pair, fr); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := recvAny(t, b, 128, 2*time.Second); !bytes.Equal(got, fr) {
+			t.Fatalf("pair %d: frame corrupted", pair)
+		}
+	}
+	if q := portStats(t, d, "a").Queues[127]; q.TxPackets != 1 {
+		t.Errorf("pair 127 carried %d frames, want 1", q.TxPackets)
+	}
+}
+
+// TestRemovePortUnderTraffic removes a port while another floods it.
+func TestRemovePortUnderTraffic(t *testing.T) {
+	d := newDataplane(t)
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2})
+	dial(t, addPort(t, d, "b", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := a.Send(i%2, broadcastFrom(macA)); err != nil {
+				a.WaitTx(i%2, 10*time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := d.RemovePort("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemovePort("b"); !errors.Is(err, ErrNoPort) {
+		t.Errorf("second remove: %v, want ErrNoPort", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	<-done
+	if len(d.Stats()) != 1 {
+		t.Errorf("stats list %d ports, want 1", len(d.Stats()))
+	}
+}
