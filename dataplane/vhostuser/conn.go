@@ -79,8 +79,8 @@ func (c *Conn) Close() error { return c.c.Close() }
 // Raw returns the underlying socket.
 func (c *Conn) Raw() *net.UnixConn { return c.c }
 
-// ReadMessage reads one message and checks its framing and its fd count
-// (extra fds are closed, missing ones are an error). It does not check the
+// ReadMessage reads one message and checks its framing and, for requests,
+// its fd count (extra fds are closed, missing ones are an error). It does not check the
 // payload beyond its size; decoding does that.
 func (c *Conn) ReadMessage() (*Message, error) {
 	var fds []int
@@ -131,6 +131,11 @@ func (c *Conn) ReadMessage() (*Message, error) {
 		return nil, fmt.Errorf("vhost-user %s: reading %d-byte payload: %w", m.Request, size, err)
 	}
 	m.Payload = c.buf[:size]
+	if m.Flags&FlagReply != 0 {
+		// Replies follow other rules (a REPLY_ACK to SET_VRING_KICK is a bare
+		// u64); the frontend reading them closes whatever fds came along.
+		return m, nil
+	}
 	if err := CheckFDs(m); err != nil {
 		m.CloseFDs()
 		return nil, err
