@@ -369,6 +369,10 @@ func (p *Port) rebuild(v *Vring) {
 	if err := v.rebuild(p.ctl.mem, p.queueFeatures()); err != nil {
 		v.broken = err
 		p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
+	} else if v.q != nil && !v.IsTX() {
+		// Frames that find no RX buffer are dropped, never parked, so the
+		// guest need not tell us when it adds buffers: spare it the kicks.
+		v.q.SetNotify(false)
 	}
 	p.changed(v)
 }
