@@ -3,8 +3,6 @@ module github.com/vhostmq/vhostmq
 go 1.26.0
 
 require (
+	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.50.0
-	sigs.k8s.io/yaml v1.6.0
 )
-
-require go.yaml.in/yaml/v2 v2.4.2 // indirect

@@ -4,14 +4,16 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
@@ -20,26 +22,26 @@ import (
 type Config struct {
 	// CPUs the workers run on, one worker per CPU; default: every CPU the
 	// process may run on.
-	CPUs []int `json:"cpus,omitempty"`
+	CPUs []int `yaml:"cpus,omitempty"`
 	// StatsFile, when set, receives a JSON snapshot of every counter every
 	// 500 ms and at exit.
-	StatsFile string `json:"statsFile,omitempty"`
+	StatsFile string `yaml:"statsFile,omitempty"`
 	// LogLevel is debug, info, warn or error.
-	LogLevel string `json:"logLevel,omitempty"`
+	LogLevel string `yaml:"logLevel,omitempty"`
 	// MACAgeSeconds is how long a learned MAC address lives without
 	// traffic; default 300.
-	MACAgeSeconds int    `json:"macAgeSeconds,omitempty"`
-	Ports         []Port `json:"ports,omitempty"`
+	MACAgeSeconds int    `yaml:"macAgeSeconds,omitempty"`
+	Ports         []Port `yaml:"ports,omitempty"`
 }
 
 // Port is one vhost-user port.
 type Port struct {
-	Name       string `json:"name"`
-	Socket     string `json:"socket"`
-	Role       string `json:"role"`
-	QueuePairs int    `json:"queuePairs"`
-	MTU        int    `json:"mtu,omitempty"`
-	MAC        string `json:"mac,omitempty"`
+	Name       string `yaml:"name"`
+	Socket     string `yaml:"socket"`
+	Role       string `yaml:"role"`
+	QueuePairs int    `yaml:"queuePairs"`
+	MTU        int    `yaml:"mtu,omitempty"`
+	MAC        string `yaml:"mac,omitempty"`
 }
 
 // Load reads and validates a config file.
@@ -51,10 +53,21 @@ func Load(path string) (*Config, error) {
 	return Parse(b)
 }
 
-// Parse decodes and validates YAML; unknown fields are errors.
+// Parse decodes and validates YAML; unknown fields (names match exactly,
+// case included) are errors.
 func Parse(b []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	// yaml.v3 truncates 1.5 into an int field; nothing here is fractional.
+	if err := noFloats(&doc, ""); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	var c Config
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
@@ -66,11 +79,14 @@ func Parse(b []byte) (*Config, error) {
 // Validate checks the whole config and reports every problem it finds.
 func (c *Config) Validate() error {
 	var errs []error
-	ncpu := runtime.NumCPU()
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return fmt.Errorf("cpus: reading this process's CPU affinity: %w", err)
+	}
 	seen := map[int]bool{}
 	for i, cpu := range c.CPUs {
-		if cpu < 0 || cpu >= ncpu {
-			errs = append(errs, fmt.Errorf("cpus[%d]: CPU %d does not exist (this machine has CPUs 0..%d)", i, cpu, ncpu-1))
+		if cpu < 0 || cpu >= 1024 || !allowed.IsSet(cpu) {
+			errs = append(errs, fmt.Errorf("cpus[%d]: CPU %d is not one this process may run on (allowed: %s)", i, cpu, cpuList(&allowed)))
 		}
 		if seen[cpu] {
 			errs = append(errs, fmt.Errorf("cpus[%d]: CPU %d is listed twice", i, cpu))
@@ -121,4 +137,53 @@ func (p *Port) NetdevConfig() (netdev.Config, error) {
 		nc.MAC = mac
 	}
 	return nc, nil
+}
+
+// cpuList formats a CPU set as "0-3,6".
+func cpuList(set *unix.CPUSet) string {
+	var parts []string
+	for cpu := 0; cpu < 1024; cpu++ {
+		if !set.IsSet(cpu) {
+			continue
+		}
+		end := cpu
+		for end+1 < 1024 && set.IsSet(end+1) {
+			end++
+		}
+		if end == cpu {
+			parts = append(parts, fmt.Sprint(cpu))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpu, end))
+		}
+		cpu = end
+	}
+	return strings.Join(parts, ",")
+}
+
+func noFloats(n *yaml.Node, path string) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag == "!!float" {
+			return fmt.Errorf("%s: %q is not a whole number", strings.TrimPrefix(path, "."), n.Value)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := noFloats(n.Content[i+1], path+"."+n.Content[i].Value); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := noFloats(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := noFloats(c, path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -422,7 +422,7 @@ func (f *Frontend) getU64(req vhostuser.Request) (uint64, error) {
 func (f *Frontend) readReply(req vhostuser.Request) ([]byte, error) {
 	f.sock.SetReadDeadline(time.Now().Add(f.cfg.ReplyTimeout))
 	defer f.sock.SetReadDeadline(time.Time{})
-	m, err := f.conn.ReadMessage()
+	m, err := f.conn.ReadReply()
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, fmt.Errorf("frontend: waiting for %s reply: %w", req, ErrTimeout)

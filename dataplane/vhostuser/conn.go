@@ -79,10 +79,17 @@ func (c *Conn) Close() error { return c.c.Close() }
 // Raw returns the underlying socket.
 func (c *Conn) Raw() *net.UnixConn { return c.c }
 
-// ReadMessage reads one message and checks its framing and, for requests,
-// its fd count (extra fds are closed, missing ones are an error). It does not check the
-// payload beyond its size; decoding does that.
-func (c *Conn) ReadMessage() (*Message, error) {
+// ReadMessage reads one request (the backend side) and checks its framing
+// and its fd count: extra fds are closed, missing ones are an error, and a
+// "request" with the REPLY flag is malformed. It does not check the payload
+// beyond its size; decoding does that.
+func (c *Conn) ReadMessage() (*Message, error) { return c.read(false) }
+
+// ReadReply reads one reply (the frontend side). Replies carry whatever fds
+// their request implies; the caller takes or closes them.
+func (c *Conn) ReadReply() (*Message, error) { return c.read(true) }
+
+func (c *Conn) read(reply bool) (*Message, error) {
 	var fds []int
 	got := 0
 	for got < HeaderSize {
@@ -126,14 +133,22 @@ func (c *Conn) ReadMessage() (*Message, error) {
 		m.CloseFDs()
 		return nil, &ProtocolError{m.Request, fmt.Sprintf("payload size %d exceeds limit %d", size, MaxPayload)}
 	}
+	if (m.Flags&FlagReply != 0) != reply {
+		m.CloseFDs()
+		if reply {
+			return nil, &ProtocolError{m.Request, fmt.Sprintf("expected a reply, flags %#x lack REPLY", m.Flags)}
+		}
+		return nil, &ProtocolError{m.Request, fmt.Sprintf("request has the REPLY flag set (flags %#x)", m.Flags)}
+	}
 	if _, err := io.ReadFull(c.c, c.buf[:size]); err != nil {
 		m.CloseFDs()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the header promised a payload
+		}
 		return nil, fmt.Errorf("vhost-user %s: reading %d-byte payload: %w", m.Request, size, err)
 	}
 	m.Payload = c.buf[:size]
-	if m.Flags&FlagReply != 0 {
-		// Replies follow other rules (a REPLY_ACK to SET_VRING_KICK is a bare
-		// u64); the frontend reading them closes whatever fds came along.
+	if reply {
 		return m, nil
 	}
 	if err := CheckFDs(m); err != nil {

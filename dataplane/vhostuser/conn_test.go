@@ -191,7 +191,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := b.ReplyU64(m, 0); err != nil {
 		t.Fatal(err)
 	}
-	r, err := f.ReadMessage()
+	r, err := f.ReadReply()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,25 +437,55 @@ func TestEOF(t *testing.T) {
 	}
 }
 
-// knownBug skips a test that shows a bug reported but not yet fixed in the
-// code under test, unless VHOSTMQ_KNOWN_BUGS is set.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("VHOSTMQ_KNOWN_BUGS") == "" {
-		t.Skipf("known bug (set VHOSTMQ_KNOWN_BUGS=1 to run): %s", what)
-	}
-}
-
 // A complete header followed by EOF is a truncated message, like EOF inside
 // the header or inside the payload.
 func TestEOFAfterHeader(t *testing.T) {
-	knownBug(t, "ReadMessage wraps io.EOF, not io.ErrUnexpectedEOF, when the stream ends right after a header")
 	b, peer := pair(t)
 	send(t, peer, rawMessage(ReqSetVringNum, Version, 8, nil), nil)
 	unix.Shutdown(peer, unix.SHUT_WR)
 	if _, err := b.ReadMessage(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
 	}
+}
+
+// A frontend does not send replies: a request that sets the REPLY bit must
+// still be held to its fd rules when a backend reads it. Since the change
+// that exempts replies (conn.go: "Replies follow other rules"), a hostile
+// frontend can skip the fd-count check of any request by setting bit 2.
+func TestReplyBitDoesNotBypassFDChecks(t *testing.T) {
+	b, peer := pair(t)
+	send(t, peer, rawMessage(ReqSetVringKick, Version|FlagReply, 8, u64(0)), nil)
+	var pe *ProtocolError
+	if m, err := b.ReadMessage(); !errors.As(err, &pe) {
+		t.Errorf("KICK without its fd, REPLY bit set: %v, %v; want a ProtocolError", m, err)
+	}
+	base := countFDs()
+	sent := eventfds(t, 5)
+	send(t, peer, rawMessage(ReqGetFeatures, Version|FlagReply, 0, nil), sent)
+	m, err := b.ReadMessage()
+	if err == nil {
+		if len(m.FDs) != 0 {
+			t.Errorf("GET_FEATURES with the REPLY bit kept %d fds", len(m.FDs))
+		}
+		m.CloseFDs()
+	}
+	if n := countFDs(); n != base+5 {
+		t.Errorf("%d fds open, want %d", n, base+5)
+	}
+}
+
+// Replies keep whatever fds they carry for the frontend to take.
+func TestReplyKeepsFDs(t *testing.T) {
+	b, f := connPair(t)
+	sent := eventfds(t, 1)
+	if err := b.WriteMessage(ReqGetInflightFD, FlagReply, make([]byte, 20), sent); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.ReadReply()
+	if err != nil || len(m.FDs) != 1 || !sameFile(t, m.FDs[0], sent[0]) {
+		t.Fatalf("reply with an fd: %v, %v", m, err)
+	}
+	m.CloseFDs()
 }
 
 // A header that arrives one byte per write, with fds on any of the header

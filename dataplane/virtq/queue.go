@@ -34,7 +34,6 @@ var (
 	ErrAddr            = errors.New("descriptor address range outside guest memory")
 	ErrWriteOrder      = errors.New("device-readable descriptor after a device-writable one")
 	ErrNotWritable     = errors.New("device-readable descriptor where a writable buffer is required")
-	ErrChainTooLong    = errors.New("descriptor chain carries more than 4 GiB")
 	errBadQueueSize    = errors.New("queue size must be a power of 2 in 1..32768")
 	errMisalignedRings = errors.New("used ring not 4-aligned or available ring not 2-aligned")
 )
@@ -183,8 +182,12 @@ func (q *Queue) SetNotify(enable bool) (more bool) {
 	return n > 0 || err != nil
 }
 
-// Chain returns a bounded walker over the chain starting at head.
+// Chain returns a bounded walker over the chain starting at head; a head
+// outside the table yields an empty walk with ErrHeadOutOfRange.
 func (q *Queue) Chain(head uint16) Chain {
+	if head >= q.size {
+		return Chain{err: ErrHeadOutOfRange}
+	}
 	return Chain{
 		mem: q.mem, table: q.desc, n: uint32(q.size), next: uint32(head), ttl: uint32(q.size),
 		more: true, maxIndirect: uint32(q.size), allowIndirect: q.feat.IndirectDesc,

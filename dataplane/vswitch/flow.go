@@ -23,8 +23,9 @@ const HeaderPeek = 14 + 8 + 40 + 4
 // directions of a conversation (addresses and ports are combined order-
 // independently), so the reply to a flow can be steered to the queue the
 // flow was sent from. IPv4/IPv6 with TCP/UDP/SCTP use the 5-tuple, other IP
-// the addresses, anything else the MAC pair. h is the frame's first bytes
-// (it may be shorter than the frame; at most HeaderPeek are used).
+// the addresses, anything else the MAC pair. h is the frame's first bytes;
+// it may be shorter than the frame, and whatever lies beyond it (ports behind
+// long IPv4 options, say) is left out of the hash.
 func FlowHash(h []byte) uint32 {
 	if len(h) < 14 {
 		return 0
