@@ -44,6 +44,10 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 
 ##@ Checks
 
+.PHONY: generate
+generate: ## Regenerate the gRPC/protobuf code from dataplane/api/v1/*.proto
+	hack/generate.sh
+
 .PHONY: verify
 verify: ## gofmt, go vet, staticcheck
 	hack/verify.sh $(STATICCHECK_VERSION)
