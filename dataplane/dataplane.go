@@ -54,8 +54,18 @@ type Dataplane struct {
 	agingDone chan struct{}
 }
 
+func (d *Dataplane) workerOn(cpu int) *worker {
+	for _, w := range d.workers {
+		if w.cpu == cpu {
+			return w
+		}
+	}
+	return nil
+}
+
 // port is the dataplane's view of a netdev port.
 type port struct {
+	polling Polling
 	dev     *netdev.Port
 	workers []*worker // by pair
 	flows   vswitch.FlowTable
@@ -92,9 +102,52 @@ func New(cfg Config) (*Dataplane, error) {
 	return d, nil
 }
 
-// AddPort creates a port and assigns its queue pairs to workers, spreading
-// each port's pairs over distinct workers (CPUs) where there are enough.
-func (d *Dataplane) AddPort(cfg netdev.Config) error {
+// Polling says how a worker waits for a port's queues.
+type Polling int
+
+const (
+	// PollAdaptive polls while work keeps arriving and sleeps on the kick
+	// eventfds after adaptiveIdle without any: the default.
+	PollAdaptive Polling = iota
+	// PollInterrupt sleeps on the kick eventfds as soon as a pass finds no
+	// work.
+	PollInterrupt
+	// PollBusy never sleeps, like a DPDK PMD thread.
+	PollBusy
+)
+
+// String names the mode as the API and annotations spell it.
+func (p Polling) String() string {
+	switch p {
+	case PollInterrupt:
+		return "interrupt"
+	case PollBusy:
+		return "busy"
+	}
+	return "adaptive"
+}
+
+// PortOptions place a port's queue pairs.
+type PortOptions struct {
+	// CPUs[i] is the CPU whose worker serves pair i; it must be one of the
+	// dataplane's CPUs. Empty spreads the pairs round-robin over the workers.
+	CPUs    []int
+	Polling Polling
+}
+
+// CPUs returns the CPUs the workers run on (-1: one unpinned worker).
+func (d *Dataplane) CPUs() []int {
+	out := make([]int, len(d.workers))
+	for i, w := range d.workers {
+		out[i] = w.cpu
+	}
+	return out
+}
+
+// AddPort creates a port and assigns its queue pairs to workers: to the
+// CPUs given, or spread so that a port's pairs land on distinct workers
+// where there are enough.
+func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.byName[cfg.Name]; ok {
@@ -103,9 +156,18 @@ func (d *Dataplane) AddPort(cfg netdev.Config) error {
 	if cfg.QueuePairs < 1 || cfg.QueuePairs > vhostuser.MaxQueuePairs {
 		return fmt.Errorf("port %q: queuePairs: %d is outside 1..%d", cfg.Name, cfg.QueuePairs, vhostuser.MaxQueuePairs)
 	}
-	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs)}
+	if len(opt.CPUs) != 0 && len(opt.CPUs) != cfg.QueuePairs {
+		return fmt.Errorf("port %q: %d CPUs given for %d queue pairs", cfg.Name, len(opt.CPUs), cfg.QueuePairs)
+	}
+	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling}
 	for i := range cfg.QueuePairs {
-		p.workers = append(p.workers, d.workers[(d.next+i)%len(d.workers)])
+		w := d.workers[(d.next+i)%len(d.workers)]
+		if len(opt.CPUs) > 0 {
+			if w = d.workerOn(opt.CPUs[i]); w == nil {
+				return fmt.Errorf("port %q: pair %d: CPU %d runs no worker (workers run on %v)", cfg.Name, i, opt.CPUs[i], d.CPUs())
+			}
+		}
+		p.workers = append(p.workers, w)
 	}
 	hooks := netdev.Hooks{
 		WatchKick:   func(v *netdev.Vring, fd int) { p.workers[v.Pair()].watch(v, fd) },
@@ -134,7 +196,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config) error {
 	all := append(append([]*port(nil), *d.ports.Load()...), p)
 	d.ports.Store(&all)
 	for i, w := range p.workers {
-		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1]})
+		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling})
 	}
 	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU())
 	return nil

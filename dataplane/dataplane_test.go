@@ -57,7 +57,7 @@ func sockPath(t testing.TB, name string) string {
 func addPort(t testing.TB, d *Dataplane, name string, role netdev.Role, pairs int) string {
 	t.Helper()
 	s := sockPath(t, name)
-	if err := d.AddPort(netdev.Config{Name: name, Socket: s, Role: role, QueuePairs: pairs, MTU: 1500}); err != nil {
+	if err := d.AddPort(netdev.Config{Name: name, Socket: s, Role: role, QueuePairs: pairs, MTU: 1500}, PortOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -361,7 +361,7 @@ func TestReconnectClientRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range []struct{ n, s string }{{"a", sa}, {"b", sb}} {
-			if err := d.AddPort(netdev.Config{Name: p.n, Socket: p.s, Role: netdev.RoleClient, QueuePairs: 2, MTU: 1500}); err != nil {
+			if err := d.AddPort(netdev.Config{Name: p.n, Socket: p.s, Role: netdev.RoleClient, QueuePairs: 2, MTU: 1500}, PortOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -36,6 +36,7 @@ type QueueStats struct {
 	TxBytes   uint64     `json:"txBytes"`
 	Kicks     uint64     `json:"kicks"`
 	Calls     uint64     `json:"calls"`
+	BusyNs    uint64     `json:"busyNs"` // worker time spent moving this pair's guest TX
 	Drops     QueueDrops `json:"drops"`
 }
 
@@ -66,7 +67,7 @@ func (d *Dataplane) Stats() []PortStats {
 		vr := p.dev.Vrings()
 		for i := range cfg.QueuePairs {
 			rx, tx := vr[2*i], vr[2*i+1]
-			qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id}
+			qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id, BusyNs: p.busyNs(i)}
 			qs.RxEnabled, qs.TxEnabled = ready(rx), ready(tx)
 			if qs.RxEnabled && qs.TxEnabled {
 				ps.EnabledPairs++
@@ -125,4 +126,30 @@ func (d *Dataplane) WriteStatsFile(path string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// busyNs returns the worker time spent on pair's TX ring.
+func (p *port) busyNs(pair int) uint64 {
+	for _, a := range p.workers[pair].list.Load().list {
+		if a.port == p && a.pair == pair {
+			return a.busyNs.Load()
+		}
+	}
+	return 0
+}
+
+// WorkerStats is one worker's load.
+type WorkerStats struct {
+	CPU    int
+	BusyNs uint64 // time spent moving frames
+	Sleeps uint64 // times it slept waiting for kicks
+}
+
+// WorkerStats returns every worker's load counters.
+func (d *Dataplane) WorkerStats() []WorkerStats {
+	out := make([]WorkerStats, len(d.workers))
+	for i, w := range d.workers {
+		out[i] = WorkerStats{CPU: w.cpu, BusyNs: w.busyNs.Load(), Sleeps: w.sleeps.Load()}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -14,9 +15,38 @@ import (
 
 // assignment is one queue pair a worker serves.
 type assignment struct {
-	port *port
-	pair int
-	tx   *netdev.Vring
+	port    *port
+	pair    int
+	tx      *netdev.Vring
+	polling Polling
+	busyNs  atomic.Uint64 // time spent in bursts that moved frames
+}
+
+// assignments is a worker's list, with the most demanding polling mode
+// among them.
+type assignments struct {
+	list []*assignment
+	mode Polling // PollBusy > PollAdaptive > PollInterrupt
+}
+
+func demand(m Polling) int {
+	switch m {
+	case PollBusy:
+		return 2
+	case PollAdaptive:
+		return 1
+	}
+	return 0
+}
+
+func newAssignments(list []*assignment) *assignments {
+	as := &assignments{list: list, mode: PollInterrupt}
+	for _, a := range list {
+		if demand(a.polling) > demand(as.mode) {
+			as.mode = a.polling
+		}
+	}
+	return as
 }
 
 // worker is one dataplane thread, locked to its OS thread and pinned to
@@ -33,13 +63,19 @@ type worker struct {
 	wakefd int
 
 	mu   sync.Mutex // serialises changes to list
-	list atomic.Pointer[[]*assignment]
+	list atomic.Pointer[assignments]
 
 	stopping atomic.Bool
+	sleeping atomic.Bool // in epoll_wait: idle, not stuck
 	done     chan struct{}
 
-	passes   atomic.Uint64
+	// health-check bookkeeping, only touched by Dataplane.WorkerHealth
+	seenPasses uint64
+	seenAt     time.Time
+
+	passes   atomic.Uint64 // loop iterations: the health check watches it move
 	sleeps   atomic.Uint64
+	busyNs   atomic.Uint64
 	panics   atomic.Uint64
 	events   [64]unix.EpollEvent
 	s        scratch
@@ -65,7 +101,7 @@ func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
 		return nil, fmt.Errorf("worker %d: epoll_ctl: %w", id, err)
 	}
 	w := &worker{dp: dp, id: id, cpu: cpu, epfd: epfd, wakefd: wakefd, done: make(chan struct{})}
-	w.list.Store(&[]*assignment{})
+	w.list.Store(newAssignments(nil))
 	return w, nil
 }
 
@@ -73,8 +109,7 @@ func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
 // worker so it sees the change.
 func (w *worker) add(a *assignment) {
 	w.mu.Lock()
-	l := append(append([]*assignment(nil), *w.list.Load()...), a)
-	w.list.Store(&l)
+	w.list.Store(newAssignments(append(append([]*assignment(nil), w.list.Load().list...), a)))
 	w.mu.Unlock()
 	w.wake()
 }
@@ -82,12 +117,12 @@ func (w *worker) add(a *assignment) {
 func (w *worker) remove(p *port) {
 	w.mu.Lock()
 	var l []*assignment
-	for _, a := range *w.list.Load() {
+	for _, a := range w.list.Load().list {
 		if a.port != p {
 			l = append(l, a)
 		}
 	}
-	w.list.Store(&l)
+	w.list.Store(newAssignments(l))
 	w.mu.Unlock()
 	w.wake()
 }
@@ -127,25 +162,60 @@ func (w *worker) routine() {
 	debug.SetPanicOnFault(true)
 	w.dp.log.Debug("worker started", "worker", w.id, "cpu", w.cpu)
 	defer w.dp.log.Debug("worker stopped", "worker", w.id)
+	idleSince := int64(0)
 	for !w.stopping.Load() {
 		w.passes.Add(1)
 		if w.pass() {
+			idleSince = 0
 			continue
 		}
+		switch w.list.Load().mode {
+		case PollBusy:
+			continue
+		case PollAdaptive:
+			now := nanotime()
+			if idleSince == 0 {
+				idleSince = now
+			}
+			if now-idleSince < adaptiveIdle {
+				continue
+			}
+		}
+		idleSince = 0
 		if w.arm() {
 			continue
 		}
 		w.sleeps.Add(1)
+		w.sleeping.Store(true)
 		w.sleep()
+		w.sleeping.Store(false)
 		w.disarm()
 	}
 }
 
+// adaptiveIdle is how long an adaptive worker keeps polling without work
+// before it sleeps: long enough to catch the next burst of a busy flow
+// without paying a kick and a wake-up, short enough that idle ports cost
+// nothing.
+const adaptiveIdle = int64(200 * time.Microsecond)
+
+func nanotime() int64 { return time.Now().UnixNano() }
+
 // pass serves every assigned queue pair once.
 func (w *worker) pass() (worked bool) {
-	for _, a := range *w.list.Load() {
+	t0 := int64(0)
+	for _, a := range w.list.Load().list {
+		if t0 == 0 {
+			t0 = nanotime()
+		}
 		if w.serveSafely(a) {
 			worked = true
+			t1 := nanotime()
+			a.busyNs.Add(uint64(t1 - t0))
+			w.busyNs.Add(uint64(t1 - t0))
+			t0 = t1
+		} else {
+			t0 = 0
 		}
 	}
 	return worked
@@ -174,7 +244,7 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 // arm re-enables guest kicks on every TX ring and reports whether work
 // arrived meanwhile.
 func (w *worker) arm() (more bool) {
-	for _, a := range *w.list.Load() {
+	for _, a := range w.list.Load().list {
 		a.tx.Lock()
 		if q := a.tx.Queue(); q != nil && q.SetNotify(true) {
 			more = true
@@ -188,7 +258,7 @@ func (w *worker) arm() (more bool) {
 
 // disarm asks the guests not to kick while the worker is busy.
 func (w *worker) disarm() {
-	for _, a := range *w.list.Load() {
+	for _, a := range w.list.Load().list {
 		a.tx.Lock()
 		if q := a.tx.Queue(); q != nil {
 			q.SetNotify(false)
@@ -203,7 +273,7 @@ func (w *worker) sleep() {
 	if err != nil {
 		return // EINTR
 	}
-	list := *w.list.Load()
+	list := w.list.Load().list
 	for i := range n {
 		ev := &w.events[i]
 		if ev.Pad == wakeToken {

@@ -1,5 +1,6 @@
-// Command vhostmq-dataplane runs the vhost-user dataplane from a YAML
-// config: one port per vhost-user socket, joined by an L2 switch.
+// Command vhostmq-dataplane runs the node dataplane and its agent: the
+// vhost-user ports and L2 switch, the control API on a unix socket, the
+// stored ports (restored before the API answers), metrics and health.
 package main
 
 import (
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane"
+	"github.com/vhostmq/vhostmq/dataplane/agent"
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/config"
 )
 
@@ -45,14 +48,23 @@ func run(path string) error {
 		return err
 	}
 	defer dp.Close()
+	ag, err := agent.New(agent.Config{SlotsPerCPU: cfg.SlotsPerCPU, SocketRoot: cfg.SocketRoot, StateDir: cfg.StateDir,
+		APISocket: cfg.APISocket, MetricsAddress: cfg.MetricsAddress, Logger: log}, dp)
+	if err != nil {
+		return err
+	}
 	for i := range cfg.Ports {
-		nc, _ := cfg.Ports[i].NetdevConfig() // validated by Load
-		if err := dp.AddPort(nc); err != nil {
-			return err
+		if err := ag.CreateStatic(staticSpec(&cfg.Ports[i])); err != nil {
+			return fmt.Errorf("ports[%d]: %w", i, err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- ag.Serve(ctx) }()
+	if cfg.MetricsAddress != "" {
+		go func() { errc <- ag.ServeMetrics(ctx, cfg.MetricsAddress) }()
+	}
 	var tick <-chan time.Time
 	if cfg.StatsFile != "" {
 		t := time.NewTicker(500 * time.Millisecond)
@@ -61,6 +73,10 @@ func run(path string) error {
 	}
 	for {
 		select {
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			log.Info("shutting down")
 			if cfg.StatsFile != "" {
@@ -73,4 +89,19 @@ func run(path string) error {
 			}
 		}
 	}
+}
+
+func staticSpec(p *config.Port) *agentv1.PortSpec {
+	s := &agentv1.PortSpec{Id: p.Name, SocketPath: p.Socket, QueuePairs: uint32(p.QueuePairs), Mtu: uint32(p.MTU), Mac: p.MAC,
+		Role: agentv1.Role_ROLE_CLIENT}
+	if p.Role == "server" {
+		s.Role = agentv1.Role_ROLE_SERVER
+	}
+	switch p.Polling {
+	case "interrupt":
+		s.Polling = agentv1.PollingMode_POLLING_INTERRUPT
+	case "busy":
+		s.Polling = agentv1.PollingMode_POLLING_BUSY
+	}
+	return s
 }

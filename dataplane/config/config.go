@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -30,8 +31,25 @@ type Config struct {
 	LogLevel string `yaml:"logLevel,omitempty"`
 	// MACAgeSeconds is how long a learned MAC address lives without
 	// traffic; default 300.
-	MACAgeSeconds int    `yaml:"macAgeSeconds,omitempty"`
-	Ports         []Port `yaml:"ports,omitempty"`
+	MACAgeSeconds int `yaml:"macAgeSeconds,omitempty"`
+	// SlotsPerCPU is how many queue pairs each worker CPU offers to the
+	// device plugin; default 4.
+	SlotsPerCPU int `yaml:"slotsPerCPU,omitempty"`
+	// SocketRoot bounds where ports created through the API may put their
+	// sockets; default /var/run/vhostmq.
+	SocketRoot string `yaml:"socketRoot,omitempty"`
+	// StateDir keeps the ports created through the API across restarts;
+	// default /var/lib/vhostmq.
+	StateDir string `yaml:"stateDir,omitempty"`
+	// APISocket is the control API's unix socket (mode 0600); default
+	// /run/vhostmq/api.sock.
+	APISocket string `yaml:"apiSocket,omitempty"`
+	// MetricsAddress serves Prometheus /metrics, /healthz and /readyz;
+	// empty (the default) = off; ":9474" binds to localhost only.
+	MetricsAddress string `yaml:"metricsAddress,omitempty"`
+	// Ports defined here exist as long as the config says so; they are not
+	// stored in StateDir and cannot be deleted through the API.
+	Ports []Port `yaml:"ports,omitempty"`
 }
 
 // Port is one vhost-user port.
@@ -42,6 +60,8 @@ type Port struct {
 	QueuePairs int    `yaml:"queuePairs"`
 	MTU        int    `yaml:"mtu,omitempty"`
 	MAC        string `yaml:"mac,omitempty"`
+	// Polling is interrupt, adaptive (default) or busy.
+	Polling string `yaml:"polling,omitempty"`
 }
 
 // Load reads and validates a config file.
@@ -101,6 +121,22 @@ func (c *Config) Validate() error {
 	if c.MACAgeSeconds < 0 {
 		errs = append(errs, fmt.Errorf("macAgeSeconds: %d must not be negative", c.MACAgeSeconds))
 	}
+	if c.SlotsPerCPU < 0 || c.SlotsPerCPU > 128 {
+		errs = append(errs, fmt.Errorf("slotsPerCPU: %d is outside 1..128", c.SlotsPerCPU))
+	}
+	for _, f := range []struct{ name, path string }{{"socketRoot", c.SocketRoot}, {"stateDir", c.StateDir}, {"apiSocket", c.APISocket}} {
+		if f.path != "" && (!filepath.IsAbs(f.path) || filepath.Clean(f.path) != f.path) {
+			errs = append(errs, fmt.Errorf("%s: %q must be an absolute, clean path", f.name, f.path))
+		}
+	}
+	if len(c.APISocket) >= 108 {
+		errs = append(errs, fmt.Errorf("apiSocket: %q is %d bytes; a unix socket path must be shorter than 108", c.APISocket, len(c.APISocket)))
+	}
+	if c.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("metricsAddress: %q is not host:port or :port", c.MetricsAddress))
+		}
+	}
 	names, sockets := map[string]bool{}, map[string]bool{}
 	for i := range c.Ports {
 		p := &c.Ports[i]
@@ -111,6 +147,11 @@ func (c *Config) Validate() error {
 		}
 		if err := nc.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("ports[%d]: %w", i, err))
+		}
+		switch p.Polling {
+		case "", "interrupt", "adaptive", "busy":
+		default:
+			errs = append(errs, fmt.Errorf("ports[%d]: polling: %q is not interrupt, adaptive or busy", i, p.Polling))
 		}
 		if names[p.Name] {
 			errs = append(errs, fmt.Errorf("ports[%d]: name: %q is used twice", i, p.Name))

@@ -45,7 +45,13 @@ type Config struct {
 	QueuePairs int
 	MTU        int
 	MAC        net.HardwareAddr // optional, informational
+	// SocketOwner, when set, owns the socket a server-role port creates
+	// (mode 0660), so that QEMU running as that user can connect.
+	SocketOwner *Owner
 }
+
+// Owner is a uid/gid pair.
+type Owner struct{ UID, GID int }
 
 // Limits on a port's configuration.
 const (
@@ -143,7 +149,7 @@ func New(cfg Config, log *slog.Logger, hooks Hooks) (*Port, error) {
 	var ln *net.UnixListener
 	if cfg.Role == RoleServer {
 		var err error
-		if ln, err = listen(cfg.Socket); err != nil {
+		if ln, err = listen(cfg.Socket, cfg.SocketOwner); err != nil {
 			cancel()
 			return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 		}
@@ -184,7 +190,7 @@ func (p *Port) Close() {
 	<-p.done
 }
 
-func listen(path string) (*net.UnixListener, error) {
+func listen(path string, owner *Owner) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
@@ -199,6 +205,16 @@ func listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(true)
+	if owner != nil {
+		if err := os.Chown(path, owner.UID, owner.GID); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("socket: %w", err)
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("socket: %w", err)
+		}
+	}
 	return ln, nil
 }
 

@@ -1,0 +1,477 @@
+// Package agent is the node agent: it owns the dataplane's queue slots and
+// ports, keeps the desired ports on disk so they come back after a restart,
+// and serves the control API (gRPC over a unix socket), metrics and health.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vhostmq/vhostmq/dataplane"
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+)
+
+// Config configures the agent.
+type Config struct {
+	// SlotsPerCPU is how many queue pairs each worker CPU offers; each slot
+	// is one device of the device plugin's resource.
+	SlotsPerCPU int
+	// SocketRoot bounds where API-created vhost-user sockets may live.
+	SocketRoot string
+	// StateDir holds ports.json, the desired ports.
+	StateDir string
+	// APISocket is the gRPC socket (mode 0600).
+	APISocket string
+	// MetricsAddress serves /metrics, /healthz and /readyz; empty = off.
+	MetricsAddress string
+	Logger         *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultSlotsPerCPU = 4
+	DefaultSocketRoot  = "/var/run/vhostmq"
+	DefaultStateDir    = "/var/lib/vhostmq"
+	DefaultAPISocket   = "/run/vhostmq/api.sock"
+)
+
+// slot is one queue-pair slot on a worker CPU.
+type slot struct {
+	id    string
+	cpu   int
+	numa  int
+	owner string // port ID, "" when free
+	pairs []uint32
+}
+
+// record is a port the agent manages.
+type record struct {
+	spec   *agentv1.PortSpec // normalized
+	slots  []*slot           // by pair
+	static bool              // from the config file: not persisted, not deletable
+}
+
+// Agent manages ports on top of a Dataplane.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+	dp  *dataplane.Dataplane
+
+	mu     sync.Mutex
+	slots  []*slot
+	ports  map[string]*record
+	failed []*agentv1.PortSpec // stored ports that could not be restored: kept, not dropped
+	state  *stateFile
+
+	health *healthMonitor
+	ready  atomic.Bool // the API is serving
+	agentv1.UnimplementedAgentServer
+}
+
+// New builds the agent and restores the stored ports before returning, so
+// that client-role ports are already re-dialling their QEMUs when the API
+// starts answering.
+func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
+	if cfg.SlotsPerCPU <= 0 {
+		cfg.SlotsPerCPU = DefaultSlotsPerCPU
+	}
+	if cfg.SocketRoot == "" {
+		cfg.SocketRoot = DefaultSocketRoot
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.APISocket == "" {
+		cfg.APISocket = DefaultAPISocket
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}}
+	for _, cpu := range dp.CPUs() {
+		numa := numaNode(cpu)
+		for s := range cfg.SlotsPerCPU {
+			a.slots = append(a.slots, &slot{id: slotID(cpu, s), cpu: cpu, numa: numa})
+		}
+	}
+	st, err := openState(cfg.StateDir, a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.state = st
+	for _, spec := range st.ports {
+		if _, err := a.create(spec, false, false); err != nil {
+			a.log.Error("stored port cannot be restored; it is kept in the state file", "port", spec.Id, "err", err)
+			a.failed = append(a.failed, spec)
+			continue
+		}
+		a.log.Info("port restored", "port", spec.Id, "socket", spec.SocketPath)
+	}
+	a.health = newHealthMonitor(a)
+	return a, nil
+}
+
+func slotID(cpu, s int) string {
+	if cpu < 0 {
+		return fmt.Sprintf("c0-s%d", s)
+	}
+	return fmt.Sprintf("c%d-s%d", cpu, s)
+}
+
+func numaNode(cpu int) int {
+	if cpu < 0 {
+		return 0
+	}
+	m, _ := filepath.Glob(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/node*", cpu))
+	for _, p := range m {
+		var n int
+		if _, err := fmt.Sscanf(filepath.Base(p), "node%d", &n); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+func (a *Agent) slotByID(id string) *slot {
+	for _, s := range a.slots {
+		if s.id == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func clone(s *agentv1.PortSpec) *agentv1.PortSpec {
+	if s == nil {
+		return nil
+	}
+	return proto.Clone(s).(*agentv1.PortSpec)
+}
+
+// CreateStatic creates a port from the config file: not persisted, not
+// deletable through the API.
+func (a *Agent) CreateStatic(spec *agentv1.PortSpec) error {
+	_, err := a.create(spec, false, true)
+	return err
+}
+
+// Create creates a port (idempotent by ID) and persists it.
+func (a *Agent) Create(spec *agentv1.PortSpec) (*agentv1.Port, error) {
+	return a.create(spec, true, false)
+}
+
+func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Port, error) {
+	if req == nil {
+		return nil, status.Error(codes.InvalidArgument, "spec: missing")
+	}
+	spec := normalize(req)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.validate(spec, static); err != nil {
+		return nil, err
+	}
+	if r, ok := a.ports[spec.Id]; ok {
+		if f := firstDifference(r.spec, spec); f != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "spec.%s: port %q exists with a different %s", f, spec.Id, f)
+		}
+		return a.portLocked(r), nil
+	}
+	for _, r := range a.ports {
+		if r.spec.SocketPath == spec.SocketPath {
+			return nil, status.Errorf(codes.AlreadyExists, "spec.socket_path: %q is used by port %q", spec.SocketPath, r.spec.Id)
+		}
+	}
+	// Ports from the config file live outside the device plugin's
+	// accounting unless they name slots: they are spread over the workers.
+	var slots []*slot
+	if !static || len(spec.Slots) > 0 {
+		var err error
+		if slots, err = a.place(spec); err != nil {
+			return nil, err
+		}
+	}
+	created, err := prepareSocketDir(spec, a.cfg.SocketRoot)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "spec.socket_path: %v", err)
+	}
+	var cpus []int
+	for _, s := range slots {
+		cpus = append(cpus, s.cpu)
+	}
+	if err := a.dp.AddPort(netdevConfig(spec), dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling)}); err != nil {
+		if created != "" {
+			os.Remove(created)
+		}
+		return nil, status.Errorf(codes.Internal, "creating port %q: %v", spec.Id, err)
+	}
+	r := &record{spec: spec, slots: slots, static: static}
+	for i, s := range slots {
+		s.owner = spec.Id
+		s.pairs = append(s.pairs, uint32(i))
+	}
+	a.ports[spec.Id] = r
+	if persist {
+		if err := a.saveLocked(); err != nil {
+			a.removeLocked(r)
+			return nil, status.Errorf(codes.Internal, "saving state: %v", err)
+		}
+	}
+	a.log.Info("port created", "port", spec.Id, "socket", spec.SocketPath, "role", spec.Role.String(), "queuePairs", spec.QueuePairs, "slots", slotIDs(slots))
+	return a.portLocked(r), nil
+}
+
+// place picks the slot of every pair: the requested slots (pairs beyond
+// them share them, round robin), or free slots spread over distinct CPUs.
+func (a *Agent) place(spec *agentv1.PortSpec) ([]*slot, error) {
+	var chosen []*slot
+	if len(spec.Slots) > 0 {
+		for i, id := range spec.Slots {
+			s := a.slotByID(id)
+			if s.owner != "" {
+				return nil, status.Errorf(codes.FailedPrecondition, "spec.slots[%d]: %s is in use by port %q", i, id, s.owner)
+			}
+			chosen = append(chosen, s)
+		}
+	} else {
+		chosen = a.freeSlots(int(spec.QueuePairs))
+		if len(chosen) == 0 {
+			return nil, status.Errorf(codes.ResourceExhausted, "spec.slots: no free queue slot on this node (%d of %d in use)", len(a.slots), len(a.slots))
+		}
+	}
+	out := make([]*slot, spec.QueuePairs)
+	for i := range out {
+		out[i] = chosen[i%len(chosen)]
+	}
+	return out, nil
+}
+
+// freeSlots returns up to n free slots, one per CPU before a second on any.
+func (a *Agent) freeSlots(n int) []*slot {
+	byCPU := map[int][]*slot{}
+	var cpus []int
+	for _, s := range a.slots {
+		if s.owner != "" {
+			continue
+		}
+		if _, ok := byCPU[s.cpu]; !ok {
+			cpus = append(cpus, s.cpu)
+		}
+		byCPU[s.cpu] = append(byCPU[s.cpu], s)
+	}
+	// the CPUs with the most free slots first: they are the least loaded
+	sort.SliceStable(cpus, func(i, j int) bool { return len(byCPU[cpus[i]]) > len(byCPU[cpus[j]]) })
+	var out []*slot
+	for round := 0; len(out) < n; round++ {
+		added := false
+		for _, c := range cpus {
+			if round < len(byCPU[c]) && len(out) < n {
+				out = append(out, byCPU[c][round])
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	return out
+}
+
+func slotIDs(slots []*slot) string {
+	var ids []string
+	for _, s := range slots {
+		ids = append(ids, s.id)
+	}
+	return strings.Join(ids, ",")
+}
+
+// Delete removes a port; a missing port is not an error.
+func (a *Agent) Delete(id string) (existed bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.ports[id]
+	if !ok {
+		for i, f := range a.failed {
+			if f.Id == id {
+				a.failed = append(a.failed[:i], a.failed[i+1:]...)
+				return true, a.saveLocked()
+			}
+		}
+		return false, nil
+	}
+	if r.static {
+		return true, status.Errorf(codes.FailedPrecondition, "id: port %q comes from the config file; remove it there", id)
+	}
+	a.removeLocked(r)
+	if err := a.saveLocked(); err != nil {
+		return true, status.Errorf(codes.Internal, "saving state: %v", err)
+	}
+	return true, nil
+}
+
+func (a *Agent) removeLocked(r *record) {
+	if err := a.dp.RemovePort(r.spec.Id); err != nil && !errors.Is(err, dataplane.ErrNoPort) {
+		a.log.Warn("removing port", "port", r.spec.Id, "err", err)
+	}
+	for _, s := range a.slots {
+		if s.owner == r.spec.Id {
+			s.owner, s.pairs = "", nil
+		}
+	}
+	delete(a.ports, r.spec.Id)
+	if r.spec.Role == agentv1.Role_ROLE_CLIENT {
+		// QEMU's socket is QEMU's; only the directory, if empty, goes.
+		os.Remove(filepath.Dir(r.spec.SocketPath))
+	} else {
+		os.Remove(r.spec.SocketPath)
+		os.Remove(filepath.Dir(r.spec.SocketPath))
+	}
+	a.log.Info("port deleted", "port", r.spec.Id)
+}
+
+func (a *Agent) saveLocked() error {
+	var specs []*agentv1.PortSpec
+	for _, r := range a.ports {
+		if !r.static {
+			specs = append(specs, r.spec)
+		}
+	}
+	specs = append(specs, a.failed...)
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Id < specs[j].Id })
+	return a.state.save(specs)
+}
+
+// Get returns one port.
+func (a *Agent) Get(id string) (*agentv1.Port, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.ports[id]
+	if !ok {
+		return nil, false
+	}
+	return a.portLocked(r), true
+}
+
+// List returns every port, sorted by ID.
+func (a *Agent) List() []*agentv1.Port {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*agentv1.Port, 0, len(a.ports))
+	for _, r := range a.ports {
+		out = append(out, a.portLocked(r))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec.Id < out[j].Spec.Id })
+	return out
+}
+
+func (a *Agent) portLocked(r *record) *agentv1.Port {
+	st := &agentv1.PortStatus{Mtu: r.spec.Mtu}
+	if dev, ok := a.dp.Port(r.spec.Id); ok {
+		st.Connected, st.Connects, st.Mtu = dev.Connected(), dev.Connects(), uint32(dev.MTU())
+	}
+	for _, ps := range a.dp.Stats() {
+		if ps.Name == r.spec.Id {
+			st.EnabledPairs = uint32(ps.EnabledPairs)
+		}
+	}
+	for i, s := range r.slots {
+		st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(i), Slot: s.id, Cpu: int32(s.cpu)})
+	}
+	if len(r.slots) == 0 {
+		for _, ps := range a.dp.Stats() {
+			if ps.Name != r.spec.Id {
+				continue
+			}
+			for _, q := range ps.Queues {
+				st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(q.Pair), Cpu: int32(q.CPU)})
+			}
+		}
+	}
+	return &agentv1.Port{Spec: clone(r.spec), Status: st}
+}
+
+func netdevConfig(s *agentv1.PortSpec) netdev.Config {
+	c := netdev.Config{Name: s.Id, Socket: s.SocketPath, Role: netdev.RoleClient, QueuePairs: int(s.QueuePairs), MTU: int(s.Mtu)}
+	if s.Role == agentv1.Role_ROLE_SERVER {
+		c.Role = netdev.RoleServer
+	}
+	if s.Mac != "" {
+		c.MAC, _ = net.ParseMAC(s.Mac)
+	}
+	if s.SocketUid != nil || s.SocketGid != nil {
+		o := netdev.Owner{UID: -1, GID: -1}
+		if s.SocketUid != nil {
+			o.UID = int(*s.SocketUid)
+		}
+		if s.SocketGid != nil {
+			o.GID = int(*s.SocketGid)
+		}
+		c.SocketOwner = &o
+	}
+	return c
+}
+
+func polling(m agentv1.PollingMode) dataplane.Polling {
+	switch m {
+	case agentv1.PollingMode_POLLING_INTERRUPT:
+		return dataplane.PollInterrupt
+	case agentv1.PollingMode_POLLING_BUSY:
+		return dataplane.PollBusy
+	}
+	return dataplane.PollAdaptive
+}
+
+// prepareSocketDir makes sure the socket's directory exists with the
+// requested owner and a mode no wider than 0770. It returns the directory
+// if it created it.
+func prepareSocketDir(s *agentv1.PortSpec, root string) (string, error) {
+	dir := filepath.Dir(s.SocketPath)
+	created := ""
+	fi, err := os.Stat(dir)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.Mkdir(dir, os.FileMode(s.SocketMode)); err != nil && !os.IsExist(err) {
+			return "", err
+		}
+		created = dir
+	case err != nil:
+		return "", err
+	case !fi.IsDir():
+		return "", fmt.Errorf("%s is not a directory", dir)
+	}
+	if dir == root && created == "" {
+		return "", nil // the socket root is the operator's, not the port's
+	}
+	// Mkdir applies the umask; set the mode exactly.
+	if err := os.Chmod(dir, os.FileMode(s.SocketMode)); err != nil {
+		return created, err
+	}
+	if s.SocketUid != nil || s.SocketGid != nil {
+		uid, gid := -1, -1
+		if s.SocketUid != nil {
+			uid = int(*s.SocketUid)
+		}
+		if s.SocketGid != nil {
+			gid = int(*s.SocketGid)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return created, err
+		}
+	}
+	return created, nil
+}

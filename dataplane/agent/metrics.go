@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metric label names; pod labels come from the port's k8s.pod.* labels.
+var (
+	queueLabels = []string{"port", "queue", "slot", "cpu", "namespace", "pod"}
+	portLabels  = []string{"port", "namespace", "pod"}
+)
+
+func desc(name, help string, labels []string) *prometheus.Desc {
+	return prometheus.NewDesc("vhostmq_"+name, help, labels, nil)
+}
+
+var (
+	descPackets   = desc("queue_packets_total", "Frames through a queue pair; direction rx is toward the guest, tx from it.", append(queueLabels, "direction"))
+	descBytes     = desc("queue_bytes_total", "Frame bytes through a queue pair.", append(queueLabels, "direction"))
+	descDrops     = desc("queue_drops_total", "Frames dropped, by reason.", append(queueLabels, "reason"))
+	descKicks     = desc("queue_kicks_total", "Guest notifications (kick eventfd wake-ups) received.", queueLabels)
+	descCalls     = desc("queue_calls_total", "Guest interrupts (call eventfd writes) sent.", queueLabels)
+	descQBusy     = desc("queue_busy_seconds_total", "Worker time spent moving this pair's guest TX.", queueLabels)
+	descEnabled   = desc("queue_enabled", "1 when both rings of the pair can carry traffic.", queueLabels)
+	descConnected = desc("port_connected", "1 while a vhost-user frontend is attached.", portLabels)
+	descConnects  = desc("port_connects_total", "vhost-user sessions since the port was created (reconnects + 1).", portLabels)
+	descWBusy     = desc("worker_busy_seconds_total", "Time the worker spent moving frames; its rate is the busy ratio.", []string{"cpu"})
+	descWHealthy  = desc("worker_healthy", "1 when the worker is running and its CPU usable.", []string{"cpu"})
+	descSlots     = desc("slots", "Queue slots on this node, by state.", []string{"state"})
+)
+
+// collector reads the counters at scrape time; nothing is kept twice.
+type collector struct{ a *Agent }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descEnabled,
+		descConnected, descConnects, descWBusy, descWHealthy, descSlots} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	resp, err := a.Stats(nil)
+	if err != nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	for _, p := range resp.Ports {
+		ns, pod := p.Labels["k8s.pod.namespace"], p.Labels["k8s.pod.name"]
+		gauge(descConnected, b2f(p.Connected), p.Id, ns, pod)
+		counter(descConnects, float64(p.Connects), p.Id, ns, pod)
+		for _, q := range p.Queues {
+			l := []string{p.Id, strconv.Itoa(int(q.Pair)), q.Slot, strconv.Itoa(int(q.Cpu)), ns, pod}
+			counter(descPackets, float64(q.Rx.Packets), append(l, "rx")...)
+			counter(descPackets, float64(q.Tx.Packets), append(l, "tx")...)
+			counter(descBytes, float64(q.Rx.Bytes), append(l, "rx")...)
+			counter(descBytes, float64(q.Tx.Bytes), append(l, "tx")...)
+			d := q.Drops
+			for _, r := range []struct {
+				reason string
+				v      uint64
+			}{{"rx_no_buffer", d.RxNoBuffer}, {"rx_disabled", d.RxDisabled}, {"tx_disabled", d.TxDisabled},
+				{"bad_chain", d.BadChain}, {"mtu", d.Mtu}, {"runt", d.Runt}, {"no_destination", d.NoDestination}} {
+				counter(descDrops, float64(r.v), append(l, r.reason)...)
+			}
+			counter(descKicks, float64(q.Kicks), l...)
+			counter(descCalls, float64(q.Calls), l...)
+			counter(descQBusy, float64(q.BusyNs)/1e9, l...)
+			gauge(descEnabled, b2f(q.RxEnabled && q.TxEnabled), l...)
+		}
+	}
+	for _, w := range a.dp.WorkerStats() {
+		counter(descWBusy, float64(w.BusyNs)/1e9, strconv.Itoa(w.CPU))
+	}
+	for _, w := range a.health.workers() {
+		gauge(descWHealthy, b2f(w.Healthy), strconv.Itoa(w.CPU))
+	}
+	capa := a.Capacity()
+	gauge(descSlots, float64(capa.SlotsUsed), "used")
+	gauge(descSlots, float64(capa.SlotsTotal-capa.SlotsUsed), "free")
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ServeMetrics serves /metrics, /healthz and /readyz on addr until ctx
+// ends. An address without a host binds to localhost only.
+func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metricsAddress: %q: %w", addr, err)
+	}
+	if host == "" {
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := a.Health()
+		if !h.Healthy {
+			http.Error(w, "unhealthy: "+h.Reason, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "not ready: the API is not serving yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metricsAddress: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	a.log.Info("metrics listening", "address", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

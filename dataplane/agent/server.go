@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/vhostmq/vhostmq/dataplane"
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+// Serve answers the API on the unix socket (mode 0600: root only) and runs
+// the health monitor until ctx ends.
+func (a *Agent) Serve(ctx context.Context) error {
+	ln, err := listenAPI(a.cfg.APISocket)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServer(srv, a)
+	go a.health.run(ctx)
+	go func() {
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	a.log.Info("API listening", "socket", a.cfg.APISocket)
+	a.ready.Store(true)
+	err = srv.Serve(ln)
+	a.ready.Store(false)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func listenAPI(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("API socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("API socket: %s exists and is not a socket", path)
+		}
+		// A live agent answers on it; a stale socket of a killed one does not.
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("API socket: %s is in use by a running agent", path)
+		}
+		os.Remove(path)
+	}
+	// Create it with no permissions for group and others from the start.
+	old := umask(0o177)
+	ln, err := net.Listen("unix", path)
+	umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("API socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("API socket: %w", err)
+	}
+	return ln, nil
+}
+
+// CreatePort implements the API.
+func (a *Agent) CreatePort(_ context.Context, req *agentv1.CreatePortRequest) (*agentv1.Port, error) {
+	return a.Create(req.GetSpec())
+}
+
+// DeletePort implements the API.
+func (a *Agent) DeletePort(_ context.Context, req *agentv1.DeletePortRequest) (*agentv1.DeletePortResponse, error) {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id: must not be empty")
+	}
+	existed, err := a.Delete(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.DeletePortResponse{Existed: existed}, nil
+}
+
+// GetPort implements the API.
+func (a *Agent) GetPort(_ context.Context, req *agentv1.GetPortRequest) (*agentv1.Port, error) {
+	p, ok := a.Get(req.GetId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "id: no port %q", req.GetId())
+	}
+	return p, nil
+}
+
+// ListPorts implements the API.
+func (a *Agent) ListPorts(context.Context, *agentv1.ListPortsRequest) (*agentv1.ListPortsResponse, error) {
+	return &agentv1.ListPortsResponse{Ports: a.List()}, nil
+}
+
+// GetStats implements the API.
+func (a *Agent) GetStats(_ context.Context, req *agentv1.GetStatsRequest) (*agentv1.GetStatsResponse, error) {
+	return a.Stats(req.GetIds())
+}
+
+// Stats returns per-port, per-queue counters; ids filters (empty: all).
+func (a *Agent) Stats(ids []string) (*agentv1.GetStatsResponse, error) {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	resp := &agentv1.GetStatsResponse{TimeUnixNano: time.Now().UnixNano()}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	found := map[string]bool{}
+	for _, ps := range a.dp.Stats() {
+		r, ok := a.ports[ps.Name]
+		if !ok || (len(want) > 0 && !want[ps.Name]) {
+			continue
+		}
+		found[ps.Name] = true
+		resp.Ports = append(resp.Ports, portStats(ps, r))
+	}
+	for id := range want {
+		if !found[id] {
+			return nil, status.Errorf(codes.NotFound, "ids: no port %q", id)
+		}
+	}
+	return resp, nil
+}
+
+func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
+	out := &agentv1.PortStats{Id: ps.Name, Connected: ps.Connected, Connects: ps.Connects, Labels: r.spec.Labels}
+	for _, q := range ps.Queues {
+		d := q.Drops
+		qs := &agentv1.QueueStats{
+			Pair: uint32(q.Pair), Cpu: int32(q.CPU), RxEnabled: q.RxEnabled, TxEnabled: q.TxEnabled,
+			Rx:    &agentv1.Direction{Packets: q.RxPackets, Bytes: q.RxBytes},
+			Tx:    &agentv1.Direction{Packets: q.TxPackets, Bytes: q.TxBytes},
+			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs,
+			Drops: &agentv1.Drops{RxNoBuffer: d.RxNoBuffer, RxDisabled: d.RxDisabled, TxDisabled: d.TxDisabled,
+				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination},
+		}
+		if q.Pair < len(r.slots) {
+			qs.Slot = r.slots[q.Pair].id
+		}
+		out.Queues = append(out.Queues, qs)
+	}
+	return out
+}
+
+// GetCapacity implements the API.
+func (a *Agent) GetCapacity(context.Context, *agentv1.GetCapacityRequest) (*agentv1.Capacity, error) {
+	return a.Capacity(), nil
+}
+
+// Capacity lists the worker CPUs, their NUMA nodes and slots.
+func (a *Agent) Capacity() *agentv1.Capacity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := &agentv1.Capacity{SlotsTotal: uint32(len(a.slots))}
+	var cur *agentv1.CPU
+	for _, s := range a.slots {
+		if cur == nil || cur.Id != int32(s.cpu) {
+			cur = &agentv1.CPU{Id: int32(s.cpu), NumaNode: int32(s.numa)}
+			c.Cpus = append(c.Cpus, cur)
+		}
+		cur.Slots = append(cur.Slots, &agentv1.Slot{Id: s.id, PortId: s.owner, Pairs: append([]uint32(nil), s.pairs...)})
+		if s.owner != "" {
+			c.SlotsUsed++
+		}
+	}
+	return c
+}
+
+// WatchHealth implements the API: the current health at once, then every
+// change.
+func (a *Agent) WatchHealth(_ *agentv1.WatchHealthRequest, stream agentv1.Agent_WatchHealthServer) error {
+	changed, cancel := a.health.subscribe()
+	defer cancel()
+	for {
+		if err := stream.Send(a.health.get()); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+// stateSchema is the version of ports.json; a file with another version is
+// refused rather than misread.
+const stateSchema = 1
+
+const stateName = "ports.json"
+
+// stateFile is the desired ports on disk, written atomically: a temp file,
+// fsync, rename, fsync of the directory.
+type stateFile struct {
+	dir   string
+	ports []*agentv1.PortSpec
+	// aside names the copy a corrupt file was moved to, for health reports.
+	aside string
+}
+
+type stateJSON struct {
+	SchemaVersion int               `json:"schemaVersion"`
+	Ports         []json.RawMessage `json:"ports"`
+}
+
+func openState(dir string, log *slog.Logger) (*stateFile, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	st := &stateFile{dir: dir}
+	path := filepath.Join(dir, stateName)
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state file: %w", err)
+	}
+	ports, perr := decodeState(b)
+	if perr != nil {
+		aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405Z"))
+		if err := os.Rename(path, aside); err != nil {
+			return nil, fmt.Errorf("state file %s is unreadable (%v) and cannot be moved aside: %w", path, perr, err)
+		}
+		log.Error("state file is corrupt; it was kept aside and no port was restored from it", "file", path, "keptAs", aside, "err", perr)
+		st.aside = aside
+		return st, nil
+	}
+	st.ports = ports
+	return st, nil
+}
+
+func decodeState(b []byte) ([]*agentv1.PortSpec, error) {
+	var sj stateJSON
+	if err := json.Unmarshal(b, &sj); err != nil {
+		return nil, err
+	}
+	if sj.SchemaVersion != stateSchema {
+		return nil, fmt.Errorf("schemaVersion %d, this agent reads %d", sj.SchemaVersion, stateSchema)
+	}
+	var out []*agentv1.PortSpec
+	for i, raw := range sj.Ports {
+		var spec agentv1.PortSpec
+		if err := protojson.Unmarshal(raw, &spec); err != nil {
+			return nil, fmt.Errorf("ports[%d]: %w", i, err)
+		}
+		out = append(out, &spec)
+	}
+	return out, nil
+}
+
+func (st *stateFile) save(specs []*agentv1.PortSpec) error {
+	sj := stateJSON{SchemaVersion: stateSchema, Ports: []json.RawMessage{}}
+	for _, s := range specs {
+		b, err := protojson.Marshal(s)
+		if err != nil {
+			return err
+		}
+		sj.Ports = append(sj.Ports, b)
+	}
+	b, err := json.MarshalIndent(sj, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(st.dir, ".ports-*.json")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(st.dir, stateName)); err != nil {
+		return err
+	}
+	d, err := os.Open(st.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
