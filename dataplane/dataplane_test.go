@@ -662,3 +662,33 @@ func TestRemovePortUnderTraffic(t *testing.T) {
 		t.Errorf("stats list %d ports, want 1", len(d.Stats()))
 	}
 }
+
+// TestRepeatedAddMemReg: QEMU before 8.1 sends ADD_MEM_REG (and later
+// REM_MEM_REG) once per queue pair for the same region. Each must succeed,
+// and the region must stay mapped until the last REM.
+func TestRepeatedAddMemReg(t *testing.T) {
+	d := newDataplane(t)
+	cfg := frontend.Config{QueuePairs: 2, UseMemSlots: true,
+		ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoConfigureMemSlots}
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 2), cfg)
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 2), cfg)
+	regs := a.Regions()
+	for range 3 { // pairs 1..3 of a 4-pair QEMU NIC add it again
+		if err := a.AddMemRegion(regs[0]); err != nil {
+			t.Fatalf("repeated ADD_MEM_REG: %v", err)
+		}
+	}
+	for range 3 {
+		if err := a.RemMemRegion(regs[0]); err != nil {
+			t.Fatalf("REM_MEM_REG of a region added 4 times: %v", err)
+		}
+	}
+	learn(t, a, b, 2) // still mapped: traffic flows
+	if err := a.RemMemRegion(regs[0]); err != nil {
+		t.Fatalf("last REM_MEM_REG: %v", err)
+	}
+	var nack *frontend.NackError
+	if err := a.RemMemRegion(regs[0]); !errors.As(err, &nack) {
+		t.Errorf("REM_MEM_REG of a region no longer mapped: %v, want a nack", err)
+	}
+}

@@ -30,6 +30,11 @@ type Region struct {
 
 	mapping []byte // whole mmap, from file offset 0
 	data    []byte // mapping[mmapOffset : mmapOffset+Size]
+	// adds counts ADD_MEM_REG messages for this very region: QEMU before
+	// 8.1 sends one per queue pair (one vhost_dev each) and a REM_MEM_REG
+	// per pair too, so a region lives until its last REM. Only the owner
+	// of the table (netdev, under its lock) touches it.
+	adds int
 }
 
 // maxRegionBytes caps one mapping. No guest has 16 TiB of RAM per region;
@@ -223,9 +228,29 @@ func (t *Table) SliceUVA(uva, n uint64) ([]byte, error) {
 	return nil, ErrOutOfBounds
 }
 
+// Find returns the region with exactly this GPA, size and UVA.
+func (t *Table) Find(gpa, size, uva uint64) *Region {
+	for _, r := range t.Regions() {
+		if r.GPA == gpa && r.Size == size && r.UVA == uva {
+			return r
+		}
+	}
+	return nil
+}
+
 // With returns a new table holding t's regions plus r.
 func (t *Table) With(r *Region) (*Table, error) {
+	r.adds = 1
 	return NewTable(append(append([]*Region(nil), t.Regions()...), r))
+}
+
+// AddAgain records one more ADD_MEM_REG of a region already in the table.
+func (r *Region) AddAgain() { r.adds++ }
+
+// Release records one REM_MEM_REG and reports whether it was the last.
+func (r *Region) Release() (last bool) {
+	r.adds--
+	return r.adds <= 0
 }
 
 // Without returns a new table without the region that matches gpa, size

@@ -185,6 +185,9 @@ func (p *Port) setFeatures(m *vhostuser.Message) error {
 	if v&^OfferedFeatures != 0 {
 		return malformed(m, fmt.Errorf("features %#x include unoffered bits %#x", v, v&^OfferedFeatures))
 	}
+	if p.ctl.featuresSet && p.ctl.features == v {
+		return nil // QEMU repeats it once per queue pair (one vhost_dev each)
+	}
 	p.ctl.features, p.ctl.featuresSet = v, true
 	// Without protocol features a ring starts enabled (spec "Ring states").
 	enableAll := v&(1<<vhostuser.FeatureProtocolFeatures) == 0
@@ -220,6 +223,7 @@ func (p *Port) vringState(m *vhostuser.Message) ([]byte, bool, error) {
 		if s.Num > 0xffff {
 			return nil, false, malformed(m, fmt.Errorf("vring %d: base %d exceeds 16 bits (packed rings are not offered)", s.Index, s.Num))
 		}
+		v.q = nil // the new base wins over the running ring's position
 		v.base = uint16(s.Num)
 	case vhostuser.ReqSetVringEnable:
 		// Accepted before SET_FEATURES too: QEMU disables the extra pairs at
@@ -332,11 +336,23 @@ func (p *Port) changeMemRegion(m *vhostuser.Message) error {
 		cur, _ = guestmem.NewTable(nil)
 	}
 	if m.Request == vhostuser.ReqRemMemReg {
+		reg := cur.Find(r.GuestPhysAddr, r.Size, r.UserAddr)
+		if reg == nil {
+			return failed("no region at gpa %#x size %#x uva %#x", r.GuestPhysAddr, r.Size, r.UserAddr)
+		}
+		if !reg.Release() {
+			return nil // another queue pair's vhost_dev still holds it
+		}
 		t, gone, err := cur.Without(r.GuestPhysAddr, r.Size, r.UserAddr)
 		if err != nil {
 			return failed("%w", err)
 		}
 		p.swapMem(t, []*guestmem.Region{gone})
+		return nil
+	}
+	if reg := cur.Find(r.GuestPhysAddr, r.Size, r.UserAddr); reg != nil {
+		// QEMU < 8.1 adds every region once per queue pair.
+		reg.AddAgain()
 		return nil
 	}
 	fd := m.TakeFD(0)
@@ -360,9 +376,6 @@ func (p *Port) swapMem(t *guestmem.Table, retire []*guestmem.Region) {
 	p.lockAll()
 	p.ctl.mem = t
 	for _, v := range p.vrings {
-		if v.q != nil {
-			v.base = v.q.LastAvail()
-		}
 		p.rebuild(v)
 	}
 	p.unlockAll()

@@ -137,6 +137,9 @@ var eventOne = [8]byte{1}
 // rebuild recreates the queue from the negotiated state; it is called after
 // every message that changes that state. Caller holds the lock.
 func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
+	if v.q != nil {
+		v.base = v.q.LastAvail() // keep a running ring's position
+	}
 	v.q = nil
 	if mem == nil || !v.addrSet || v.num == 0 {
 		return nil
