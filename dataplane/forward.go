@@ -117,31 +117,30 @@ func (w *worker) serveTX(a *assignment) bool {
 		w.dp.macs.Learn(smac, src, now)
 		hash := vswitch.FlowHash(frame)
 		src.flows.Record(hash, a.pair)
-		sent := 0
+		// Every frame that passed the checks counts as transmitted; a frame
+		// that finds no room at its destination is counted there
+		// (rxNoBuffer/rxDisabled), one with no destination at all here.
+		pkts++
+		bytes += uint64(frameLen)
 		if !dst.IsMulticast() {
 			if p, ok := w.dp.macs.Lookup(dst); ok {
-				if p != src && w.deliver(p, q, head, hdrLen, frameLen, hash) {
-					sent++
-				}
-				if sent == 0 {
-					nodest++
+				if p == src {
+					nodest++ // addressed to its own port: a hairpin we do not do
 				} else {
-					pkts++
-					bytes += uint64(frameLen)
+					w.deliver(p, q, head, hdrLen, frameLen, hash)
 				}
 				continue
 			}
 		}
+		flooded := false
 		for _, p := range *w.dp.ports.Load() {
-			if p != src && w.deliver(p, q, head, hdrLen, frameLen, hash) {
-				sent++
+			if p != src {
+				w.deliver(p, q, head, hdrLen, frameLen, hash)
+				flooded = true
 			}
 		}
-		if sent == 0 {
+		if !flooded {
 			nodest++
-		} else {
-			pkts++
-			bytes += uint64(frameLen)
 		}
 	}
 	s.culprit = nil

@@ -316,9 +316,7 @@ func (f *Frontend) reclaimTx(r *vring) error {
 		head := uint16(e.ID)
 		switch r.state[head] {
 		case stHead:
-			for _, d := range r.chain[int(head)*maxTxChain : int(head)*maxTxChain+int(r.chainLen[head])] {
-				r.free = append(r.free, d)
-			}
+			r.free = append(r.free, r.chain[int(head)*maxTxChain:int(head)*maxTxChain+int(r.chainLen[head])]...)
 		case stRaw:
 			r.rawUsed = append(r.rawUsed, e)
 		default:

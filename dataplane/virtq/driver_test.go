@@ -85,13 +85,6 @@ func (m *testMem) gpaOf(b []byte) (uint64, bool) {
 	return 0, false
 }
 
-// clear zeroes every region.
-func (m *testMem) clear() {
-	for _, r := range m.regs {
-		clear(r.Bytes())
-	}
-}
-
 // driver is a mock virtio driver for one split ring in testMem.
 type driver struct {
 	mem                        *testMem

@@ -1,0 +1,318 @@
+package ctl
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+func portAddSetup(fs *flag.FlagSet) runFunc {
+	var (
+		socket           string
+		role             string // "": unspecified, the agent's default (client)
+		queues           = uint32(1)
+		slots            []string
+		mac              string
+		mtu              uint32
+		uid, gid, mode   uint32
+		polling          string // "": unspecified, the agent's default (adaptive)
+		labels           = map[string]string{}
+		uidFlag, gidFlag = &uint32Value{p: &uid}, &uint32Value{p: &gid}
+	)
+	fs.StringVar(&socket, "socket", "", "absolute `PATH` of the port's vhost-user socket (required)")
+	fs.Var(&enumValue{p: &role, allowed: []string{"server", "client"}}, "role", "`ROLE` of the dataplane on the socket: client (it dials QEMU; the default) or server (it listens)")
+	fs.Var(&uint32Value{p: &queues}, "queues", "`N` queue pairs, 1..128")
+	fs.Var(&listValue{p: &slots}, "slots", "`SLOTS` to serve the pairs, comma-separated; pair i on slot i mod count (default: any free)")
+	fs.Var(&macValue{p: &mac}, "mac", "`MAC` address of the port")
+	fs.Var(&uint32Value{p: &mtu}, "mtu", "MTU in `BYTES`, 68..9702 (default 1500)")
+	fs.Var(uidFlag, "socket-uid", "`UID` to own the socket directory (and the socket, in server role)")
+	fs.Var(gidFlag, "socket-gid", "`GID` to own the socket directory (and the socket, in server role)")
+	fs.Var(&modeValue{p: &mode}, "socket-mode", "octal `MODE` of the socket directory, at most 0770 (default 0750)")
+	fs.Var(&enumValue{p: &polling, allowed: []string{"interrupt", "adaptive", "busy"}}, "polling", "polling `MODE` of the workers: interrupt, adaptive (the default) or busy")
+	fs.Var(&labelsValue{m: labels}, "label", "`KEY=VALUE` label, repeatable: k8s.pod.namespace, k8s.pod.name, interface, ...")
+	return func(ctx context.Context, c *cli, args []string) error {
+		if socket == "" {
+			return usageErrorf("missing --socket PATH (the port's vhost-user socket)")
+		}
+		spec := &agentv1.PortSpec{
+			Id:         args[0],
+			SocketPath: socket,
+			// Unset role and polling stay unspecified (0), so that a
+			// repeated add matches a port created without them.
+			Role:       agentv1.Role(agentv1.Role_value["ROLE_"+strings.ToUpper(role)]),
+			QueuePairs: queues,
+			Slots:      slots,
+			Mac:        mac,
+			Mtu:        mtu,
+			SocketMode: mode,
+			Polling:    agentv1.PollingMode(agentv1.PollingMode_value["POLLING_"+strings.ToUpper(polling)]),
+			Labels:     labels,
+		}
+		if uidFlag.set {
+			spec.SocketUid = &uid
+		}
+		if gidFlag.set {
+			spec.SocketGid = &gid
+		}
+		p, err := call(ctx, c, agentv1.AgentClient.CreatePort, &agentv1.CreatePortRequest{Spec: spec})
+		if err != nil {
+			return err
+		}
+		return c.printPort(p)
+	}
+}
+
+func portDelSetup(*flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *cli, args []string) error {
+		resp, err := call(ctx, c, agentv1.AgentClient.DeletePort, &agentv1.DeletePortRequest{Id: args[0]})
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			return writeJSON(c.stdout, portDelJSON{ID: args[0], Existed: resp.GetExisted()})
+		}
+		if resp.GetExisted() {
+			_, err = fmt.Fprintf(c.stdout, "port %s deleted\n", args[0])
+		} else {
+			_, err = fmt.Fprintf(c.stdout, "port %s did not exist: nothing to delete\n", args[0])
+		}
+		return err
+	}
+}
+
+type portDelJSON struct {
+	ID      string `json:"id"`
+	Existed bool   `json:"existed"`
+}
+
+func portShowSetup(*flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *cli, args []string) error {
+		p, err := call(ctx, c, agentv1.AgentClient.GetPort, &agentv1.GetPortRequest{Id: args[0]})
+		if err != nil {
+			return err
+		}
+		return c.printPort(p)
+	}
+}
+
+func portListSetup(*flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *cli, _ []string) error {
+		resp, err := call(ctx, c, agentv1.AgentClient.ListPorts, &agentv1.ListPortsRequest{})
+		if err != nil {
+			return err
+		}
+		ports := resp.GetPorts()
+		sort.SliceStable(ports, func(i, j int) bool { return ports[i].GetSpec().GetId() < ports[j].GetSpec().GetId() })
+		if c.output == "json" {
+			out := portListJSON{Ports: make([]portJSON, len(ports))}
+			for i, p := range ports {
+				out.Ports[i] = toPortJSON(p)
+			}
+			return writeJSON(c.stdout, out)
+		}
+		t := newTable(c.stdout)
+		head := []string{"ID", "ROLE", "SOCKET", "QUEUES", "CONNECTED", "CONNECTS", "MTU", "POD"}
+		if c.output == "wide" {
+			head = append(head, "MAC", "POLLING", "CPUS")
+		}
+		t.row(head...)
+		for _, p := range ports {
+			j := toPortJSON(p)
+			cells := []string{j.ID, j.Role, j.Socket,
+				fmt.Sprintf("%d/%d", j.Status.EnabledPairs, j.QueuePairs),
+				yesNo(j.Status.Connected), count(j.Status.Connects), fmt.Sprint(j.Status.MTU), pod(j.Labels)}
+			if c.output == "wide" {
+				cells = append(cells, j.MAC, j.Polling, joinInts(j.cpus()))
+			}
+			t.row(cells...)
+		}
+		return t.flush()
+	}
+}
+
+type portListJSON struct {
+	Ports []portJSON `json:"ports"`
+}
+
+// portJSON is a port as -o json prints it, defaults resolved (role
+// client, polling adaptive, MTU 1500, socket mode 0750).
+type portJSON struct {
+	ID         string            `json:"id"`
+	Socket     string            `json:"socket"`
+	Role       string            `json:"role"`
+	QueuePairs uint32            `json:"queue_pairs"`
+	Slots      []string          `json:"slots"` // as requested; [] = any free
+	MAC        string            `json:"mac"`
+	MTU        uint32            `json:"mtu"`
+	SocketUID  *uint32           `json:"socket_uid"` // null: the agent's default
+	SocketGID  *uint32           `json:"socket_gid"`
+	SocketMode string            `json:"socket_mode"` // octal, "0750"
+	Polling    string            `json:"polling"`
+	Labels     map[string]string `json:"labels"`
+	Pod        string            `json:"pod"` // namespace/name from the labels, or ""
+	Status     portStatusJSON    `json:"status"`
+}
+
+type portStatusJSON struct {
+	Connected    bool             `json:"connected"`
+	Connects     uint64           `json:"connects"`
+	EnabledPairs uint32           `json:"enabled_pairs"`
+	MTU          uint32           `json:"mtu"`
+	Queues       []assignmentJSON `json:"queues"`
+}
+
+type assignmentJSON struct {
+	Pair uint32 `json:"pair"`
+	Slot string `json:"slot"`
+	CPU  int32  `json:"cpu"`
+}
+
+func roleName(r agentv1.Role) string {
+	switch r {
+	case agentv1.Role_ROLE_UNSPECIFIED, agentv1.Role_ROLE_CLIENT:
+		return "client"
+	case agentv1.Role_ROLE_SERVER:
+		return "server"
+	}
+	return fmt.Sprintf("role-%d", int32(r))
+}
+
+func pollingName(p agentv1.PollingMode) string {
+	switch p {
+	case agentv1.PollingMode_POLLING_UNSPECIFIED, agentv1.PollingMode_POLLING_ADAPTIVE:
+		return "adaptive"
+	case agentv1.PollingMode_POLLING_INTERRUPT:
+		return "interrupt"
+	case agentv1.PollingMode_POLLING_BUSY:
+		return "busy"
+	}
+	return fmt.Sprintf("polling-%d", int32(p))
+}
+
+func toPortJSON(p *agentv1.Port) portJSON {
+	s, st := p.GetSpec(), p.GetStatus()
+	j := portJSON{
+		ID:         s.GetId(),
+		Socket:     s.GetSocketPath(),
+		Role:       roleName(s.GetRole()),
+		QueuePairs: s.GetQueuePairs(),
+		Slots:      append([]string{}, s.GetSlots()...),
+		MAC:        s.GetMac(),
+		MTU:        s.GetMtu(),
+		SocketUID:  s.SocketUid,
+		SocketGID:  s.SocketGid,
+		SocketMode: fmt.Sprintf("%04o", s.GetSocketMode()),
+		Polling:    pollingName(s.GetPolling()),
+		Labels:     map[string]string{},
+		Pod:        pod(s.GetLabels()),
+		Status: portStatusJSON{
+			Connected:    st.GetConnected(),
+			Connects:     st.GetConnects(),
+			EnabledPairs: st.GetEnabledPairs(),
+			MTU:          st.GetMtu(),
+			Queues:       []assignmentJSON{},
+		},
+	}
+	if j.MTU == 0 {
+		j.MTU = 1500
+	}
+	if s.GetSocketMode() == 0 {
+		j.SocketMode = "0750"
+	}
+	if j.Status.MTU == 0 {
+		j.Status.MTU = j.MTU
+	}
+	for k, v := range s.GetLabels() {
+		j.Labels[k] = v
+	}
+	for _, q := range st.GetQueues() {
+		j.Status.Queues = append(j.Status.Queues, assignmentJSON{Pair: q.GetPair(), Slot: q.GetSlot(), CPU: q.GetCpu()})
+	}
+	sort.Slice(j.Status.Queues, func(a, b int) bool { return j.Status.Queues[a].Pair < j.Status.Queues[b].Pair })
+	return j
+}
+
+// cpus lists the CPUs serving the port's pairs.
+func (j *portJSON) cpus() []int32 {
+	seen := map[int32]bool{}
+	var cpus []int32
+	for _, q := range j.Status.Queues {
+		if !seen[q.CPU] {
+			seen[q.CPU] = true
+			cpus = append(cpus, q.CPU)
+		}
+	}
+	sort.Slice(cpus, func(a, b int) bool { return cpus[a] < cpus[b] })
+	return cpus
+}
+
+// printPort prints one port in detail (port show, port add).
+func (c *cli) printPort(p *agentv1.Port) error {
+	j := toPortJSON(p)
+	if c.output == "json" {
+		return writeJSON(c.stdout, j)
+	}
+	return writePortDetail(c.stdout, j)
+}
+
+func writePortDetail(w io.Writer, j portJSON) error {
+	t := newTable(w)
+	t.row("ID:", j.ID)
+	if j.Pod != "" {
+		t.row("Pod:", j.Pod)
+	}
+	t.row("Role:", j.Role)
+	t.row("Socket:", j.Socket)
+	owner := func(id *uint32) string {
+		if id == nil {
+			return "default"
+		}
+		return fmt.Sprint(*id)
+	}
+	t.row("Socket owner:", fmt.Sprintf("uid %s, gid %s, directory mode %s", owner(j.SocketUID), owner(j.SocketGID), j.SocketMode))
+	if j.MAC == "" {
+		t.row("MAC:", "(not set)")
+	} else {
+		t.row("MAC:", j.MAC)
+	}
+	if j.Status.MTU != j.MTU {
+		t.row("MTU:", fmt.Sprintf("%d (spec %d)", j.Status.MTU, j.MTU))
+	} else {
+		t.row("MTU:", fmt.Sprint(j.MTU))
+	}
+	t.row("Polling:", j.Polling)
+	t.row("Queue pairs:", fmt.Sprintf("%d configured, %d enabled", j.QueuePairs, j.Status.EnabledPairs))
+	if len(j.Slots) == 0 {
+		t.row("Slots:", "any free")
+	} else {
+		t.row("Slots:", strings.Join(j.Slots, ","))
+	}
+	connects := "connects"
+	if j.Status.Connects == 1 {
+		connects = "connect"
+	}
+	t.row("Connected:", fmt.Sprintf("%s (%d %s)", yesNo(j.Status.Connected), j.Status.Connects, connects))
+	if len(j.Labels) == 0 {
+		t.row("Labels:", "(none)")
+	} else {
+		t.line("Labels:")
+		for _, k := range sortedKeys(j.Labels) {
+			t.row("  "+k, j.Labels[k])
+		}
+	}
+	if len(j.Status.Queues) == 0 {
+		t.row("Queues:", "(none assigned)")
+	} else {
+		t.line("Queues:")
+		t.row("  PAIR", "SLOT", "CPU")
+		for _, q := range j.Status.Queues {
+			t.row(fmt.Sprintf("  %d", q.Pair), q.Slot, fmt.Sprint(q.CPU))
+		}
+	}
+	return t.flush()
+}

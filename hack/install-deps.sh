@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Install what the vhostmq e2e tests need on Debian 12 (bookworm), as root.
+# Idempotent and fast when everything is present (no apt-get call at all then).
+#
+#   * packages: QEMU (TCG), busybox-static, iperf3, ethtool, cpio, kmod,
+#     python3, jq, xz-utils and DPDK's testpmd with the vhost and virtio-user
+#     PMDs (dpdk-testpmd is in dpdk-dev; the PMDs are separate plugin
+#     packages, loaded from /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0);
+#     each is installed only if missing.
+#   * guest kernel: the linux-image package linux-image-amd64 points to is
+#     downloaded (apt-get download) and unpacked with dpkg-deb -x into
+#     KERNEL_DIR; nothing is installed into /boot, no host initramfs is built.
+#   * hugepages are optional (DPDK runs with --no-huge otherwise);
+#     --hugepages N reserves N 2 MiB pages and mounts hugetlbfs.
+#
+# Usage: hack/install-deps.sh [--kernel-dir DIR] [--no-kernel] [--refresh-kernel]
+#                             [--hugepages N] [--with-shellcheck]
+#   --kernel-dir DIR    default $VHOSTMQ_KERNEL_DIR or /var/cache/vhostmq/guest-kernel
+#   --refresh-kernel    re-resolve linux-image-amd64 even if a kernel is cached
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=install-deps
+
+KDIR=$VMQ_KERNEL_DIR WANT_KERNEL=1 REFRESH=0 HUGE=0 SHELLCHECK=0
+while (($#)); do
+    case $1 in
+        --kernel-dir) KDIR=$2; shift 2 ;;
+        --no-kernel) WANT_KERNEL=0; shift ;;
+        --refresh-kernel) REFRESH=1; shift ;;
+        --hugepages) HUGE=$2; shift 2 ;;
+        --with-shellcheck) SHELLCHECK=1; shift ;;
+        -h | --help) vmq_usage "$0"; exit 0 ;;
+        *) vmq_die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+vmq_need_root
+[[ $(dpkg --print-architecture) == amd64 ]] || vmq_die "only amd64 is supported (QEMU x86_64 guests)"
+export DEBIAN_FRONTEND=noninteractive
+
+PKGS=(qemu-system-x86 busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
+    procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make)
+((SHELLCHECK)) && PKGS+=(shellcheck)
+
+T0=$(vmq_now)
+UPDATED=0
+apt_update() {
+    ((UPDATED)) && return 0
+    vmq_log "apt-get update"
+    timeout 600 apt-get update -q >/dev/null || vmq_die "apt-get update failed"
+    UPDATED=1
+}
+installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
+
+MISSING=()
+for p in "${PKGS[@]}"; do installed "$p" || MISSING+=("$p"); done
+if ((${#MISSING[@]})); then
+    apt_update
+    vmq_log "apt-get install ${MISSING[*]}"
+    APTLOG=$(mktemp /tmp/vhostmq-apt.XXXXXX.log)
+    if ! timeout 1200 apt-get install -y -q --no-install-recommends "${MISSING[@]}" >"$APTLOG" 2>&1; then
+        tail -n 30 "$APTLOG" >&2
+        vmq_die "apt-get install failed (log: $APTLOG)"
+    fi
+    rm -f "$APTLOG"
+else
+    vmq_log "all ${#PKGS[@]} packages already installed"
+fi
+T1=$(vmq_now)
+
+# ------------------------------------------------------------------ guest kernel
+cached_kver() { # version of a complete cached kernel tree, or nothing
+    local v
+    [[ -f $KDIR/KERNEL_VERSION ]] || return 0
+    v=$(<"$KDIR/KERNEL_VERSION")
+    [[ -f $KDIR/boot/vmlinuz-$v && -d $KDIR/lib/modules/$v/kernel ]] && echo "$v"
+    return 0
+}
+if ((WANT_KERNEL)); then
+    KVER=$(cached_kver)
+    if [[ -z $KVER || $REFRESH == 1 ]]; then
+        resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }'; }
+        PKG=$(resolve)
+        [[ -n $PKG ]] || { apt_update; PKG=$(resolve); }
+        [[ -n $PKG ]] || vmq_die "cannot resolve linux-image-amd64 to a versioned kernel package"
+        NEW=${PKG#linux-image-}
+        if [[ $NEW != "$KVER" ]]; then
+            vmq_log "fetching guest kernel $PKG into $KDIR"
+            DL=$(mktemp -d /tmp/vhostmq-kernel.XXXXXX)
+            chmod 0755 "$DL"   # apt's _apt sandbox user must be able to write here
+            chown _apt "$DL" 2>/dev/null || true
+            STAGE=""
+            trap 'rm -rf -- "$DL" ${STAGE:+"$STAGE"}' EXIT
+            if ! (cd "$DL" && timeout 600 apt-get download -q "$PKG" >"$DL/download.log" 2>&1); then
+                apt_update
+                (cd "$DL" && timeout 600 apt-get download -q "$PKG" >"$DL/download.log" 2>&1) ||
+                    { cat "$DL/download.log" >&2; vmq_die "apt-get download $PKG failed"; }
+            fi
+            # unpack next to the final place, then swap: never leave a half tree
+            mkdir -p "$(dirname "$KDIR")"
+            STAGE=$(mktemp -d "$(dirname "$KDIR")/.guest-kernel.XXXXXX")
+            dpkg-deb -x "$DL"/"$PKG"_*.deb "$STAGE"
+            [[ -f $STAGE/boot/vmlinuz-$NEW ]] || vmq_die "package $PKG has no boot/vmlinuz-$NEW"
+            echo "$NEW" >"$STAGE/KERNEL_VERSION"
+            rm -rf -- "$KDIR"
+            mv "$STAGE" "$KDIR"
+            chmod 0755 "$KDIR"
+            rm -rf -- "$DL"
+            trap - EXIT
+            KVER=$NEW
+        fi
+    fi
+    vmq_log "guest kernel $KVER in $KDIR"
+fi
+T2=$(vmq_now)
+
+if ((HUGE > 0)); then
+    echo "$HUGE" >/proc/sys/vm/nr_hugepages || true
+    grep -q ' hugetlbfs ' /proc/mounts || { mkdir -p /dev/hugepages && mount -t hugetlbfs -o pagesize=2M nodev /dev/hugepages; }
+    vmq_log "hugepages: $(cat /proc/sys/vm/nr_hugepages) x 2 MiB reserved"
+fi
+
+vmq_log "done: packages $(vmq_elapsed "$T0" "$T1") s, kernel $(vmq_elapsed "$T1" "$T2") s"
+echo "VHOSTMQ_KERNEL_DIR=$KDIR"

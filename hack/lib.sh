@@ -1,0 +1,836 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # globals are read by the scripts that source this file
+# Shared helpers for the vhostmq hack/ scripts.  Source it, do not run it.
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# Process hygiene
+#   Every background process is started through vmq_bg, which wraps it in
+#   `timeout` (so nothing outlives its bound even if this shell is SIGKILLed),
+#   remembers its PID, and vmq_init installs an EXIT trap that stops exactly
+#   those PIDs (SIGTERM, then SIGKILL) newest first.  Nothing is ever killed
+#   by name.
+#
+# Environment knobs (all optional)
+#   VHOSTMQ_DATAPLANE   dataplane binary (default <repo>/bin/vhostmq-dataplane)
+#   VHOSTMQ_BACKEND     dataplane (default) | testpmd: use one dpdk-testpmd
+#                       process with net_vhost ports in io forwarding as a
+#                       stand-in backend; a small shim turns its telemetry into
+#                       the dataplane's stats.json format.  For developing the
+#                       guest tooling without the Go dataplane.
+#   VHOSTMQ_DP_CPUS     worker CPUs written into the config (default "1" on
+#                       machines with 2+ CPUs, else "0")
+#   VHOSTMQ_LOG_LEVEL   dataplane logLevel (default info)
+#   VHOSTMQ_KERNEL_DIR  extracted guest kernel (default /var/cache/vhostmq/guest-kernel)
+#   VHOSTMQ_GUEST_DIR   guest image dir (default <repo>/_output/guest)
+
+VMQ_HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+VMQ_REPO_ROOT=$(cd "$VMQ_HACK_DIR/.." && pwd)
+VMQ_KERNEL_DIR=${VHOSTMQ_KERNEL_DIR:-/var/cache/vhostmq/guest-kernel}
+VMQ_GUEST_DIR=${VHOSTMQ_GUEST_DIR:-$VMQ_REPO_ROOT/_output/guest}
+VMQ_DATAPLANE=${VHOSTMQ_DATAPLANE:-$VMQ_REPO_ROOT/bin/vhostmq-dataplane}
+VMQ_BACKEND=${VHOSTMQ_BACKEND:-dataplane}
+VMQ_PY=python3
+[[ -x /usr/bin/python3 ]] && VMQ_PY=/usr/bin/python3
+
+VMQ_PIDS=()
+VMQ_CLEAN_PATHS=()
+VMQ_CLEAN_GLOBS=()
+VMQ_FAILS=()
+
+# ------------------------------------------------------------------ logging
+vmq_log() { printf '[%(%H:%M:%S)T %s] %s\n' -1 "${VMQ_TAG:-vhostmq}" "$*" >&2; }
+vmq_die() { vmq_log "FATAL: $*"; exit 1; }
+vmq_now() { date +%s.%N; }
+# vmq_elapsed T0 [T1]: seconds between two vmq_now stamps, 2 decimals
+vmq_elapsed() { awk -v a="$1" -v b="${2:-$(vmq_now)}" 'BEGIN { printf "%.2f", b - a }'; }
+vmq_usage() { # print the leading comment block of a script as its help text
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"
+}
+
+# Soft assertions: vmq_fail records a failure and goes on; vmq_fails_report
+# prints them and returns non-zero if there was any.
+vmq_fail() { VMQ_FAILS+=("$*"); vmq_log "ASSERTION FAILED: $*"; }
+vmq_ok() { vmq_log "ok: $*"; }
+vmq_fails_report() {
+    local f
+    ((${#VMQ_FAILS[@]} == 0)) && return 0
+    echo "FAILED assertions (${#VMQ_FAILS[@]}):"
+    for f in "${VMQ_FAILS[@]}"; do echo "  - $f"; done
+    return 1
+}
+
+# ------------------------------------------------------------------ processes
+vmq_track() { VMQ_PIDS+=("$1"); }
+vmq_track_path() { VMQ_CLEAN_PATHS+=("$1"); }   # removed (rm -rf) at exit
+vmq_track_glob() { VMQ_CLEAN_GLOBS+=("$1"); }   # files matching removed at exit
+
+# vmq_bg LOG SECONDS CMD...: run CMD in the background under `timeout`, output
+# to LOG, stdin from /dev/null.  Sets VMQ_BG_PID (the timeout process; its
+# only child is CMD).
+vmq_bg() {
+    local log=$1 secs=$2
+    shift 2
+    timeout --kill-after=5 "$secs" "$@" >"$log" 2>&1 </dev/null &
+    VMQ_BG_PID=$!
+    vmq_track "$VMQ_BG_PID"
+}
+
+vmq_alive() { kill -0 "$1" 2>/dev/null; }
+
+# vmq_stop PID [GRACE_S]: SIGTERM.  For a process started by vmq_bg, timeout
+# forwards it to the command and SIGKILLs the command itself 5 s later
+# (--kill-after), so it normally ends within that.  After GRACE_S (default 8)
+# the command and then PID get SIGKILL (the command first: timeout cannot
+# forward a SIGKILL).  Sets VMQ_RC to the exit status (128+N = signal N).
+vmq_stop() {
+    local pid=$1 grace=${2:-8} i child
+    VMQ_RC=0
+    if vmq_alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        # stderr off while polling: bash prints its "Killed" job notice when
+        # it reaps a job, which happens during these sleeps
+        { for ((i = 0; i < grace * 10; i++)); do vmq_alive "$pid" || break; sleep 0.1; done; } 2>/dev/null
+        if vmq_alive "$pid"; then
+            vmq_log "pid $pid still running ${grace}s after SIGTERM, sending SIGKILL"
+            if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == timeout ]]; then
+                child=$(vmq_child "$pid")
+                [[ -n $child ]] && kill -KILL "$child" 2>/dev/null
+            fi
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    { wait "$pid"; } 2>/dev/null || VMQ_RC=$?
+}
+
+# vmq_child PID: the (first) child of PID, i.e. the real command under timeout
+vmq_child() {
+    local c=""
+    if [[ -r /proc/$1/task/$1/children ]]; then
+        read -r c _ <"/proc/$1/task/$1/children" || true
+    fi
+    [[ -n $c ]] || c=$(pgrep -P "$1" | head -n1 || true)
+    echo "$c"
+}
+
+# vmq_crash PID: SIGKILL the command running under `timeout` PID (simulates a
+# crash of that command, not a clean exit), then reap the timeout process.
+vmq_crash() {
+    local pid=$1 child i
+    child=$(vmq_child "$pid")
+    [[ -n $child ]] || { vmq_log "no child under pid $pid"; return 1; }
+    kill -KILL "$child" 2>/dev/null || true
+    { for ((i = 0; i < 50; i++)); do vmq_alive "$pid" || break; sleep 0.1; done; wait "$pid"; } 2>/dev/null || true
+}
+
+vmq_cleanup() {
+    local rc=$? i f g
+    set +e
+    for ((i = ${#VMQ_PIDS[@]} - 1; i >= 0; i--)); do
+        vmq_alive "${VMQ_PIDS[i]}" && vmq_stop "${VMQ_PIDS[i]}"
+    done
+    for f in "${VMQ_CLEAN_PATHS[@]}"; do rm -rf -- "$f"; done
+    for g in "${VMQ_CLEAN_GLOBS[@]}"; do
+        while IFS= read -r f; do rm -f -- "$f"; done < <(compgen -G "$g" || true)
+    done
+    return "$rc"
+}
+
+vmq_init() {
+    trap vmq_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+vmq_need_root() { [[ $(id -u) == 0 ]] || vmq_die "must run as root"; }
+
+# ------------------------------------------------------------------ waiting
+# vmq_wait_path PATH SECONDS [PID]: 0 when PATH exists, 1 on timeout, 2 if PID died
+vmq_wait_path() {
+    local p=$1 end pid=${3:-}
+    end=$(($(date +%s%N) / 1000000 + $2 * 1000))
+    while (($(date +%s%N) / 1000000 < end)); do
+        [[ -e $p ]] && return 0
+        if [[ -n $pid ]] && ! vmq_alive "$pid"; then return 2; fi
+        sleep 0.1
+    done
+    [[ -e $p ]]
+}
+
+# vmq_wait_log FILE REGEX SECONDS [PID]: 0 when an ERE matches a line of FILE,
+# 1 on timeout, 2 if PID died before it matched.
+vmq_wait_log() {
+    local f=$1 re=$2 end pid=${4:-}
+    end=$(($(date +%s%N) / 1000000 + $3 * 1000))
+    while (($(date +%s%N) / 1000000 < end)); do
+        grep -a -q -E -- "$re" "$f" 2>/dev/null && return 0
+        if [[ -n $pid ]] && ! vmq_alive "$pid"; then
+            grep -a -q -E -- "$re" "$f" 2>/dev/null && return 0
+            return 2
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# vmq_count_log FILE REGEX: number of matching lines (0 when FILE is missing)
+vmq_count_log() { grep -a -c -E -- "$2" "$1" 2>/dev/null || true; }
+
+# ------------------------------------------------------------------ guest RESULT lines
+# The guest prints "VHOSTMQ-RESULT <kind> key=value ..." on its serial console.
+# vmq_result LOG KIND KEY: KEY's value in the last KIND line ("" if none)
+vmq_result() {
+    tr -d '\r' <"$1" 2>/dev/null | awk -v kind="$2" -v key="$3" '
+        $1 == "VHOSTMQ-RESULT" && $2 == kind {
+            v = ""
+            for (i = 3; i <= NF; i++) if (index($i, key "=") == 1) v = substr($i, length(key) + 2)
+            last = v; seen = 1
+        }
+        END { if (seen) print last }'
+}
+# vmq_result_line LOG KIND: the last KIND line without its prefix
+vmq_result_line() {
+    tr -d '\r' <"$1" 2>/dev/null | awk -v kind="$2" '$1 == "VHOSTMQ-RESULT" && $2 == kind { $1 = ""; l = $0 } END { sub(/^ /, "", l); print l }'
+}
+
+# ------------------------------------------------------------------ hugepages / DPDK
+# vmq_free_hugepages: free 2 MiB pages when hugetlbfs is mounted, else 0
+vmq_free_hugepages() {
+    if grep -q ' hugetlbfs ' /proc/mounts; then
+        awk '/^HugePages_Free:/ { print $2; f = 1 } END { if (!f) print 0 }' /proc/meminfo
+    else
+        echo 0
+    fi
+}
+
+# vmq_dpdk_mem_args MB: EAL memory arguments for a virtio-user frontend, as
+# words on stdout.  Hugepages (one file per memseg list, which vhost-user's
+# 8-region limit needs) when enough are free, else --no-huge (memfd, 4 KiB
+# pages).  Hugepages are never reserved here.
+vmq_dpdk_mem_args() {
+    local mb=$1
+    if (($(vmq_free_hugepages) * 2 >= mb + 64)); then
+        echo "-m $mb --single-file-segments"
+    else
+        echo "--no-huge -m $mb"
+    fi
+}
+
+# vmq_dpdk_track PREFIX: remove DPDK's runtime dir and hugepage files at exit
+vmq_dpdk_track() {
+    vmq_track_path "/var/run/dpdk/$1"
+    vmq_track_glob "/dev/hugepages/$1map_*"
+    vmq_track_glob "/dev/hugepages/$1-*"
+}
+
+# vmq_telemetry PREFIX CMD...: query the DPDK telemetry socket of the process
+# started with --file-prefix=PREFIX; prints one JSON object per CMD.
+vmq_telemetry() {
+    local prefix=$1
+    shift
+    "$VMQ_PY" - "/var/run/dpdk/$prefix/dpdk_telemetry.v2" "$@" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.settimeout(3)
+s.connect(sys.argv[1])
+s.recv(1 << 16)                       # greeting
+for cmd in sys.argv[2:]:
+    s.send(cmd.encode())
+    print(json.dumps(json.loads(s.recv(1 << 22).decode())))
+PY
+}
+
+# vmq_dpdk_port_stats PREFIX PORT: "ipackets opackets q_ipackets(csv) q_opackets(csv)"
+vmq_dpdk_port_stats() {
+    vmq_telemetry "$1" "/ethdev/stats,$2" 2>/dev/null | jq -r '
+        (.["/ethdev/stats"] // {}) as $s
+        | "\($s.ipackets // 0) \($s.opackets // 0) \(($s.q_ipackets // []) | map(tostring) | join(",")) \(($s.q_opackets // []) | map(tostring) | join(","))"'
+}
+
+# ------------------------------------------------------------------ dataplane config
+# Port table used by the config writer and the backends: parallel arrays.
+VMQ_PORT_NAMES=()
+VMQ_PORT_SOCKS=()
+VMQ_PORT_MACS=()
+VMQ_PORT_QUEUES=()
+VMQ_SOCK_ROLE=server    # server: backend listens; client: backend dials
+vmq_ports_reset() { VMQ_PORT_NAMES=(); VMQ_PORT_SOCKS=(); VMQ_PORT_MACS=(); VMQ_PORT_QUEUES=(); }
+# vmq_port_add NAME SOCKET QUEUE_PAIRS MAC
+vmq_port_add() {
+    ((${#3} > 0)) || vmq_die "vmq_port_add: queue pairs missing"
+    ((${#2} < 100)) || vmq_die "socket path too long for AF_UNIX (${#2} chars): $2"
+    VMQ_PORT_NAMES+=("$1"); VMQ_PORT_SOCKS+=("$2"); VMQ_PORT_QUEUES+=("$3"); VMQ_PORT_MACS+=("$4")
+}
+
+vmq_default_cpus() { if (($(nproc) >= 2)); then echo 1; else echo 0; fi; }
+
+# vmq_write_config FILE STATSFILE: dataplane YAML from the port table
+vmq_write_config() {
+    local f=$1 stats=$2 i dir
+    dir=$(dirname "$f")
+    {
+        echo "# generated by hack/ ($(basename "$0")) at $(date -u +%FT%TZ)"
+        echo "cpus: [${VHOSTMQ_DP_CPUS:-$(vmq_default_cpus)}]"
+        echo "statsFile: $stats"
+        echo "apiSocket: $dir/api.sock"
+        echo "stateDir: $dir/state"
+        echo "logLevel: ${VHOSTMQ_LOG_LEVEL:-info}"
+        echo "ports:"
+        for i in "${!VMQ_PORT_NAMES[@]}"; do
+            echo "  - name: ${VMQ_PORT_NAMES[i]}"
+            echo "    socket: ${VMQ_PORT_SOCKS[i]}"
+            echo "    role: $VMQ_SOCK_ROLE"
+            echo "    queuePairs: ${VMQ_PORT_QUEUES[i]}"
+            echo "    mtu: 1500"
+            echo "    mac: \"${VMQ_PORT_MACS[i]}\""
+        done
+    } >"$f"
+}
+
+# ------------------------------------------------------------------ backend (dataplane or testpmd)
+# vmq_backend_start WORKDIR CONFIG STATSFILE SECONDS
+#   Starts the backend for the current port table; in server role waits until
+#   every socket exists.  Each start gets its own log: WORKDIR/backend-N.log.
+#   Sets VMQ_BE_PID and VMQ_BE_LOG.
+VMQ_BE_N=0
+VMQ_BE_PID=""
+VMQ_SHIM_PID=""
+vmq_backend_start() {
+    local work=$1 cfg=$2 stats=$3 secs=$4 i rc
+    VMQ_BE_N=$((VMQ_BE_N + 1))
+    VMQ_BE_LOG=$work/backend-$VMQ_BE_N.log
+    case $VMQ_BACKEND in
+        dataplane)
+            [[ -x $VMQ_DATAPLANE ]] ||
+                vmq_die "dataplane binary $VMQ_DATAPLANE not found: run 'make build' (or set VHOSTMQ_DATAPLANE, or VHOSTMQ_BACKEND=testpmd)"
+            vmq_log "starting dataplane #$VMQ_BE_N: $VMQ_DATAPLANE --config $cfg (log $VMQ_BE_LOG)"
+            vmq_bg "$VMQ_BE_LOG" "$secs" "$VMQ_DATAPLANE" --config "$cfg"
+            ;;
+        testpmd)
+            local prefix=vmqbe$$ vdevs=() nq=${VMQ_PORT_QUEUES[0]} client=0
+            [[ $VMQ_SOCK_ROLE == client ]] && client=1
+            for i in "${!VMQ_PORT_NAMES[@]}"; do
+                # DPDK's vhost server refuses to bind over a stale socket file
+                [[ $client == 0 ]] && rm -f "${VMQ_PORT_SOCKS[i]}"
+                vdevs+=(--vdev "net_vhost$i,iface=${VMQ_PORT_SOCKS[i]},queues=${VMQ_PORT_QUEUES[i]},client=$client")
+            done
+            vmq_dpdk_track "$prefix"
+            vmq_log "starting testpmd stand-in backend #$VMQ_BE_N (log $VMQ_BE_LOG)"
+            vmq_bg "$VMQ_BE_LOG" "$secs" stdbuf -oL dpdk-testpmd -l 0,1 --main-lcore 0 --no-pci --no-huge -m 512 \
+                --file-prefix="$prefix" "${vdevs[@]}" -- --nb-cores=1 --rxq="$nq" --txq="$nq" \
+                --forward-mode=io --total-num-mbufs=32768 --stats-period=3600
+            local tp=$VMQ_BG_PID
+            # telemetry queries during port setup crash testpmd: start the shim
+            # (one per testpmd instance) only once forwarding runs
+            vmq_wait_log "$VMQ_BE_LOG" 'packet forwarding - ports=' 30 "$tp" ||
+                { tail -n 20 "$VMQ_BE_LOG" >&2; vmq_die "testpmd backend did not start; see $VMQ_BE_LOG"; }
+            printf '%s\n' "$VMQ_SHIM_PY" >"$work/stats-shim.py"
+            vmq_bg "$work/stats-shim-$VMQ_BE_N.log" "$secs" "$VMQ_PY" "$work/stats-shim.py" "$prefix" "$stats" "${VMQ_PORT_NAMES[@]}"
+            VMQ_SHIM_PID=$VMQ_BG_PID
+            VMQ_BG_PID=$tp
+            ;;
+        *) vmq_die "VHOSTMQ_BACKEND must be dataplane or testpmd, not '$VMQ_BACKEND'" ;;
+    esac
+    VMQ_BE_PID=$VMQ_BG_PID
+    if [[ $VMQ_SOCK_ROLE == server ]]; then
+        for i in "${!VMQ_PORT_SOCKS[@]}"; do
+            rc=0
+            vmq_wait_path "${VMQ_PORT_SOCKS[i]}" 30 "$VMQ_BE_PID" || rc=$?
+            if ((rc != 0)); then
+                tail -n 20 "$VMQ_BE_LOG" >&2 || true
+                vmq_die "backend did not create ${VMQ_PORT_SOCKS[i]} ($([[ $rc == 2 ]] && echo exited || echo timeout)); see $VMQ_BE_LOG"
+            fi
+        done
+    fi
+    sleep 0.2
+    vmq_alive "$VMQ_BE_PID" || { tail -n 20 "$VMQ_BE_LOG" >&2 || true; vmq_die "backend exited at start; see $VMQ_BE_LOG"; }
+}
+
+vmq_shim_stop() {
+    [[ -n $VMQ_SHIM_PID ]] || return 0
+    vmq_stop "$VMQ_SHIM_PID"
+    VMQ_SHIM_PID=""
+}
+
+# vmq_backend_stop: clean stop (SIGTERM); sets VMQ_RC to the backend's exit status
+vmq_backend_stop() {
+    VMQ_RC=0
+    vmq_shim_stop
+    [[ -n $VMQ_BE_PID ]] || return 0
+    vmq_stop "$VMQ_BE_PID" 12
+    VMQ_BE_PID=""
+}
+
+# vmq_backend_crash: SIGKILL the backend process itself (not its timeout wrapper)
+vmq_backend_crash() {
+    vmq_shim_stop
+    [[ -n $VMQ_BE_PID ]] || return 0
+    vmq_crash "$VMQ_BE_PID"
+    VMQ_BE_PID=""
+}
+
+# Stats shim for VHOSTMQ_BACKEND=testpmd: polls testpmd's telemetry every
+# 0.5 s and writes the dataplane's stats.json format (rx = toward the guest =
+# testpmd opackets, tx = from the guest = testpmd ipackets).  Like the real
+# dataplane, it writes nothing while the backend is down.
+# shellcheck disable=SC2016
+VMQ_SHIM_PY='
+import json, os, socket, sys, time
+prefix, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+path = "/var/run/dpdk/%s/dpdk_telemetry.v2" % prefix
+connects = {n: 0 for n in names}
+up_before = {n: False for n in names}
+def q(s, cmd):
+    s.send(cmd.encode())
+    return json.loads(s.recv(1 << 22).decode())
+while True:
+    time.sleep(0.5)
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.settimeout(2)
+        s.connect(path)
+        s.recv(1 << 16)
+        ports = []
+        for i, n in enumerate(names):
+            st = q(s, "/ethdev/stats,%d" % i)["/ethdev/stats"]
+            ls = q(s, "/ethdev/link_status,%d" % i)["/ethdev/link_status"]
+            info = q(s, "/ethdev/info,%d" % i)["/ethdev/info"]
+            up = ls.get("status") == "UP"
+            if up and not up_before[n]:
+                connects[n] += 1
+            up_before[n] = up
+            nq = int(info.get("nb_rx_queues", 1))
+            qs = []
+            for k in range(nq):
+                g = lambda key: (st.get(key) or [0] * 16)[k] if k < 16 else 0
+                qs.append({"pair": k, "cpu": 1, "rxEnabled": up, "txEnabled": up,
+                           "rxPackets": g("q_opackets"), "rxBytes": g("q_obytes"),
+                           "txPackets": g("q_ipackets"), "txBytes": g("q_ibytes"),
+                           "kicks": 0, "calls": 0,
+                           "drops": {"rxNoBuffer": 0, "txDisabled": 0, "badChain": 0, "mtu": 0, "noDestination": 0}})
+            ports.append({"name": n, "connected": up, "connects": connects[n], "queuePairs": nq,
+                          "enabledPairs": nq if up else 0, "queues": qs})
+        s.close()
+    except (OSError, ValueError, KeyError) as e:
+        continue
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"ports": ports, "backend": "testpmd"}, f)
+    os.replace(tmp, out)
+'
+
+# ------------------------------------------------------------------ stats.json readers
+# All readers are tolerant: missing fields count as 0/false, unknown fields
+# are ignored.
+
+# vmq_stats_queues FILE: TSV, one line per queue pair:
+#   port pair cpu rxPackets txPackets rxBytes txBytes kicks calls drops
+# (drops: the non-zero drop counters as reason=count,... or "-")
+vmq_stats_queues() {
+    jq -r '
+        .ports[]? as $p
+        | ($p.queues // [])[]
+        | [ ($p.name // "?"), (.pair // 0), (.cpu // "-"),
+            (.rxPackets // 0), (.txPackets // 0), (.rxBytes // 0), (.txBytes // 0),
+            (.kicks // 0), (.calls // 0),
+            ((.drops // {}) | to_entries | map(select((.value | type) == "number" and .value > 0) | "\(.key)=\(.value)")
+             | if length == 0 then "-" else join(",") end) ]
+        | @tsv' "$1" 2>/dev/null
+}
+
+# vmq_stats_port FILE PORT FIELD [DEFAULT]: a port-level field (connected, connects, enabledPairs ...)
+vmq_stats_port() {
+    jq -r --arg p "$2" --arg f "$3" --arg d "${4:-}" \
+        'first(.ports[]? | select(.name == $p)) as $x | ($x[$f] // $d) | tostring' "$1" 2>/dev/null || echo "${4:-}"
+}
+
+# vmq_stats_idle_queues FILE PORT N: prints the pairs (of 0..N-1) whose
+# rxPackets or txPackets is 0, or missing; prints nothing when all pairs saw
+# traffic in both directions.  "missing-port" when PORT is absent.
+vmq_stats_idle_queues() {
+    jq -r --arg p "$2" --argjson n "$3" '
+        [.ports[]? | select(.name == $p)] as $m
+        | if ($m | length) == 0 then "missing-port"
+          else ($m[0].queues // []) as $q
+          | [range(0; $n) as $i
+             | ([$q[] | select((.pair // -1) == $i)] | first // {}) as $e
+             | select(($e.rxPackets // 0) <= 0 or ($e.txPackets // 0) <= 0)
+             | "\($i)(rx=\($e.rxPackets // 0),tx=\($e.txPackets // 0))"]
+          | join(" ") end' "$1" 2>/dev/null || echo "unreadable"
+}
+
+# vmq_stats_wait_busy FILE N SECONDS PORT...: wait until every pair 0..N-1 of
+# every PORT has rx>0 and tx>0.  Returns 1 on timeout (VMQ_IDLE describes why).
+vmq_stats_wait_busy() {
+    local f=$1 n=$2 end p idle
+    end=$(($(date +%s) + $3))
+    shift 3
+    while :; do
+        VMQ_IDLE=""
+        for p in "$@"; do
+            if [[ ! -s $f ]]; then idle="no stats file"; else idle=$(vmq_stats_idle_queues "$f" "$p" "$n"); fi
+            [[ -n $idle ]] && VMQ_IDLE+="port $p: $idle; "
+        done
+        [[ -z $VMQ_IDLE ]] && return 0
+        (($(date +%s) >= end)) && return 1
+        sleep 0.5
+    done
+}
+
+# vmq_stats_wait_connected FILE SECONDS PORT...: wait until every PORT reports connected=true
+vmq_stats_wait_connected() {
+    local f=$1 end p ok
+    end=$(($(date +%s) + $2))
+    shift 2
+    while :; do
+        ok=1
+        for p in "$@"; do
+            [[ $(vmq_stats_port "$f" "$p" connected false) == true ]] || ok=0
+        done
+        ((ok)) && return 0
+        (($(date +%s) >= end)) && return 1
+        sleep 0.5
+    done
+}
+
+# vmq_table: align whitespace-separated columns read from stdin (first line = header)
+vmq_table() {
+    awk '{ for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) } if (NF > nf) nf = NF; n = NR }
+         END { for (r = 1; r <= n; r++) { line = ""
+                 for (i = 1; i <= nf; i++) line = line sprintf(i == 1 ? "%-*s" : "  %*s", w[i], c[r, i])
+                 print line } }'
+}
+
+# vmq_stats_table FILE [PREFIX_COLUMN]: per-queue counters as an aligned table
+vmq_stats_table() {
+    {
+        echo "${2:+role }port pair cpu rxPackets txPackets rxBytes txBytes kicks calls drops"
+        vmq_stats_queues "$1" | awk -v pre="${2:-}" '{ print (pre != "" ? pre " " : "") $0 }'
+    } | vmq_table
+}
+
+# ------------------------------------------------------------------ guests (QEMU TCG)
+# vmq_guest_env: load paths of the guest image (built by hack/guest/build.sh)
+vmq_guest_env() {
+    [[ -f $VMQ_GUEST_DIR/guest.env ]] || vmq_die "no guest image in $VMQ_GUEST_DIR: run hack/guest/build.sh"
+    # shellcheck disable=SC1091
+    source "$VMQ_GUEST_DIR/guest.env"
+    GUEST_KERNEL=${GUEST_VMLINUX:-}
+    [[ -n $GUEST_KERNEL && -f $GUEST_KERNEL ]] || GUEST_KERNEL=$GUEST_BZIMAGE
+}
+
+declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=()
+# vmq_guest_start NAME SOCKET connect|listen MAC QUEUES SECONDS WORKDIR CMDLINE...
+#   Boots a 1-vCPU, 512 MiB TCG guest whose only NIC is a vhost-user
+#   virtio-net-pci with QUEUES queue pairs.  connect: QEMU dials SOCKET and
+#   redials every second (reconnect=1); listen: QEMU listens (server=on,wait=off).
+#   CMDLINE words are appended to the kernel command line (vmq.* keys, see
+#   hack/guest/init).  Serial console: WORKDIR/guest-NAME.log.
+vmq_guest_start() {
+    local name=$1 sock=$2 mode=$3 mac=$4 nq=$5 secs=$6 work=$7 chr mq=on
+    shift 7
+    vmq_guest_env
+    case $mode in
+        connect) chr="socket,id=chr0,path=$sock,reconnect=1" ;;
+        listen) chr="socket,id=chr0,path=$sock,server=on,wait=off"; rm -f "$sock" ;;
+        *) vmq_die "vmq_guest_start: mode must be connect or listen" ;;
+    esac
+    ((nq > 1)) || mq=off
+    VMQ_GUEST_LOG[$name]=$work/guest-$name.log
+    : >"${VMQ_GUEST_LOG[$name]}"
+    # vectors=0: QEMU 7.2 + TCG + vhost-user + MSI-X segfaults (msix_set_vector_notifiers)
+    # shellcheck disable=SC2054  # commas are QEMU option syntax
+    local qemu=(qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp 1
+        -nodefaults -display none -monitor none -no-reboot
+        -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0
+        -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
+        -append "${VHOSTMQ_GUEST_CMDLINE:-console=ttyS0 panic=-1 loglevel=4} vmq.name=$name vmq.queues=$nq $*"
+        -chardev "$chr"
+        -netdev "vhost-user,id=net0,chardev=chr0,queues=$nq"
+        -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0"
+        -serial "file:${VMQ_GUEST_LOG[$name]}")
+    printf '%q ' "${qemu[@]}" >"$work/guest-$name.cmd"
+    echo >>"$work/guest-$name.cmd"
+    VMQ_GUEST_T0[$name]=$(vmq_now)
+    vmq_bg "$work/guest-$name.qemu.log" "$secs" "${qemu[@]}"
+    VMQ_GUEST_PID[$name]=$VMQ_BG_PID
+    vmq_log "guest $name: pid $VMQ_BG_PID, $mode $sock, serial ${VMQ_GUEST_LOG[$name]}"
+}
+
+# vmq_guest_wait NAME REGEX SECONDS: wait for a serial-console line; fails
+# (with the tail of the log) when the guest exits first or on timeout
+vmq_guest_wait() {
+    local name=$1 rc=0
+    vmq_wait_log "${VMQ_GUEST_LOG[$name]}" "$2" "$3" "${VMQ_GUEST_PID[$name]}" || rc=$?
+    if ((rc != 0)); then
+        vmq_log "guest $name: no /$2/ after $3 s ($([[ $rc == 2 ]] && echo "QEMU exited" || echo timeout)); last lines:"
+        tail -n 15 "${VMQ_GUEST_LOG[$name]}" | tr -d '\r' | sed 's/^/    | /' >&2 || true
+        sed 's/^/    qemu: /' "$(dirname "${VMQ_GUEST_LOG[$name]}")/guest-$name.qemu.log" 2>/dev/null | tail -n 5 >&2 || true
+        return 1
+    fi
+}
+
+# vmq_guest_boot_s NAME: host seconds from QEMU start to the guest's "boot" line
+# (measured now: call it right after vmq_guest_wait NAME 'VHOSTMQ-RESULT boot')
+vmq_guest_boot_s() { vmq_elapsed "${VMQ_GUEST_T0[$1]}"; }
+
+vmq_guest_stop() {
+    local name=$1
+    [[ -n ${VMQ_GUEST_PID[$name]:-} ]] || return 0
+    vmq_stop "${VMQ_GUEST_PID[$name]}"
+}
+
+# vmq_build_guest: build (or reuse) the guest image, quietly unless it fails
+vmq_build_guest() {
+    "$VMQ_HACK_DIR/guest/build.sh" -o "$VMQ_GUEST_DIR" >&2 || vmq_die "guest image build failed"
+}
+
+# ------------------------------------------------------------------ two-guest scenario
+# Used by e2e-qemu.sh and demo.sh.  Two guests, "a" (client: ping, iperf3
+# forward and reverse, optionally then a continuous pinger) and "b" (iperf3
+# server), each on its own port of one backend.  Results go to VMQ_RES and to
+# WORK/result.env; soft assertions to VMQ_FAILS.
+declare -A VMQ_RES=()
+VMQ_TG_GUEST_S=240      # bound on each QEMU
+VMQ_TG_BACKEND_S=300    # bound on each backend process
+VMQ_TG_INTERVAL=0.2     # pinger interval (s)
+
+vmq_res() { VMQ_RES[$1]=$2; printf '%s=%q\n' "$1" "$2" >>"$VMQ_TG_WORK/result.env"; }
+
+# vmq_tg_setup WORK ROLE(server|client) QUEUES
+vmq_tg_setup() {
+    VMQ_TG_WORK=$1 VMQ_TG_ROLE=$2 VMQ_TG_Q=$3
+    mkdir -p "$VMQ_TG_WORK"
+    : >"$VMQ_TG_WORK/result.env"
+    local c
+    for c in qemu-system-x86_64 jq timeout awk; do
+        command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
+    done
+    [[ $VMQ_BACKEND == testpmd ]] && { command -v dpdk-testpmd >/dev/null || vmq_die "dpdk-testpmd missing: run hack/install-deps.sh"; }
+    VMQ_SOCK_ROLE=$VMQ_TG_ROLE
+    vmq_ports_reset
+    vmq_port_add a "$VMQ_TG_WORK/a.sock" "$VMQ_TG_Q" 52:54:00:00:00:0a
+    vmq_port_add b "$VMQ_TG_WORK/b.sock" "$VMQ_TG_Q" 52:54:00:00:00:0b
+    VMQ_TG_STATS=$VMQ_TG_WORK/stats.json
+    VMQ_TG_CFG=$VMQ_TG_WORK/dataplane.yaml
+    rm -f "$VMQ_TG_STATS"
+    vmq_write_config "$VMQ_TG_CFG" "$VMQ_TG_STATS"
+    vmq_res role "$VMQ_TG_ROLE"
+    vmq_res queues "$VMQ_TG_Q"
+    vmq_res backend "$VMQ_BACKEND"
+    vmq_res work "$VMQ_TG_WORK"
+    vmq_res cpu_psi_start "$(vmq_cpu_psi)"
+}
+
+# vmq_tg_boot A_ROLES [EXTRA_CMDLINE...]: start backend and both guests in the
+# order the socket role needs, wait for both to boot and report queues.
+vmq_tg_boot() {
+    local aroles=$1 mode g
+    shift
+    local common=("vmq.duration=$((VMQ_TG_GUEST_S - 20))" "vmq.interval=$VMQ_TG_INTERVAL" "$@")
+    VMQ_TG_AROLES=$aroles
+    if [[ $VMQ_TG_ROLE == server ]]; then
+        mode=connect
+        vmq_backend_start "$VMQ_TG_WORK" "$VMQ_TG_CFG" "$VMQ_TG_STATS" "$VMQ_TG_BACKEND_S"
+    else
+        mode=listen
+    fi
+    vmq_guest_start b "$VMQ_TG_WORK/b.sock" "$mode" 52:54:00:00:00:0b "$VMQ_TG_Q" "$VMQ_TG_GUEST_S" "$VMQ_TG_WORK" \
+        vmq.ip=10.0.0.2/24 vmq.role=server "${common[@]}"
+    vmq_guest_start a "$VMQ_TG_WORK/a.sock" "$mode" 52:54:00:00:00:0a "$VMQ_TG_Q" "$VMQ_TG_GUEST_S" "$VMQ_TG_WORK" \
+        vmq.ip=10.0.0.1/24 vmq.peer=10.0.0.2 "vmq.role=$aroles" "${common[@]}"
+    if [[ $VMQ_TG_ROLE == client ]]; then
+        # QEMU listens; the backend dials (and would re-dial) once the sockets exist
+        for g in a b; do
+            vmq_wait_path "$VMQ_TG_WORK/$g.sock" 20 "${VMQ_GUEST_PID[$g]}" || vmq_die "QEMU $g did not create its socket"
+        done
+        vmq_backend_start "$VMQ_TG_WORK" "$VMQ_TG_CFG" "$VMQ_TG_STATS" "$VMQ_TG_BACKEND_S"
+    fi
+    for g in a b; do
+        vmq_guest_wait "$g" '^VHOSTMQ-RESULT boot ' 60 || vmq_die "guest $g did not boot"
+        vmq_res "boot_s_$g" "$(vmq_guest_boot_s "$g")"
+    done
+    for g in a b; do
+        vmq_guest_wait "$g" '^VHOSTMQ-RESULT link ' 90 || vmq_die "guest $g did not bring eth0 up"
+        local log=${VMQ_GUEST_LOG[$g]} rx tx link
+        rx=$(vmq_result "$log" queues rx) tx=$(vmq_result "$log" queues tx) link=$(vmq_result "$log" link state)
+        vmq_res "queues_$g" "$rx/$tx"
+        vmq_res "link_$g" "$link"
+        if [[ $rx == "$VMQ_TG_Q" && $tx == "$VMQ_TG_Q" ]]; then
+            vmq_ok "guest $g uses $rx rx + $tx tx queues"
+        else
+            vmq_fail "guest $g has rx=$rx tx=$tx queues after ethtool -L combined $VMQ_TG_Q ($(vmq_result_line "$log" queues))"
+        fi
+        [[ $link == up ]] || vmq_fail "guest $g: eth0 operstate $link"
+    done
+}
+
+# vmq_tg_traffic: wait for guest a's client role, check ping/iperf results and
+# the per-queue counters of both ports
+vmq_tg_traffic() {
+    local la=${VMQ_GUEST_LOG[a]} d g rc idle ret=0
+    # guest a gives up after 60 s without an answer from b
+    if vmq_guest_wait a '^VHOSTMQ-RESULT reach ' 90; then
+        vmq_guest_wait a '^VHOSTMQ-RESULT role-done role=client ' 150 || vmq_fail "guest a did not finish the client role"
+    else
+        vmq_fail "guest a did not report whether b is reachable"
+    fi
+    vmq_res ping "$(vmq_result "$la" ping received)/$(vmq_result "$la" ping sent)"
+    vmq_res ping_loss_pct "$(vmq_result "$la" ping loss_pct)"
+    vmq_res rtt_ms "$(vmq_result "$la" ping rtt_min_ms)/$(vmq_result "$la" ping rtt_avg_ms)/$(vmq_result "$la" ping rtt_max_ms)"
+    if [[ $(vmq_result "$la" reach ok) == 1 && $(vmq_result "$la" ping received) =~ ^[1-9][0-9]*$ ]]; then
+        vmq_ok "ping a -> b: ${VMQ_RES[ping]} received, rtt min/avg/max ${VMQ_RES[rtt_ms]} ms"
+    else
+        vmq_fail "ping a -> b failed: $(vmq_result_line "$la" reach); $(vmq_result_line "$la" ping)"
+        ret=1
+    fi
+    for d in forward reverse; do
+        local line gbps
+        line=$(tr -d '\r' <"$la" | awk -v d="$d" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == "dir=" d { l = $0 } END { print l }')
+        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line")
+        gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        vmq_res "gbps_$d" "${gbps:-none}"
+        vmq_res "retrans_$d" "$(sed -n 's/.* retrans=\([0-9]*\).*/\1/p' <<<"$line")"
+        if [[ $rc == 0 ]] && awk -v g="${gbps:-0}" 'BEGIN { exit !(g > 0) }'; then
+            vmq_ok "iperf3 $d: $gbps Gbit/s"
+        else
+            vmq_fail "iperf3 $d failed: ${line:-no result line}"
+        fi
+    done
+    # counters: every queue pair of both ports carried traffic both ways
+    if vmq_stats_wait_busy "$VMQ_TG_STATS" "$VMQ_TG_Q" 10 a b; then
+        vmq_ok "dataplane stats: all $VMQ_TG_Q queue pairs of ports a and b have rxPackets>0 and txPackets>0"
+    else
+        vmq_fail "dataplane stats: idle queue pairs: $VMQ_IDLE(stats $VMQ_TG_STATS)"
+    fi
+    [[ -s $VMQ_TG_STATS ]] && cp "$VMQ_TG_STATS" "$VMQ_TG_WORK/stats-traffic.json"
+    for g in a b; do
+        [[ $(vmq_stats_port "$VMQ_TG_STATS" "$g" connected false) == true ]] || vmq_fail "dataplane stats: port $g not connected"
+        idle=$(vmq_stats_port "$VMQ_TG_STATS" "$g" enabledPairs "")
+        [[ -z $idle || $idle == "$VMQ_TG_Q" ]] || vmq_fail "dataplane stats: port $g enabledPairs=$idle, want $VMQ_TG_Q"
+    done
+    if ((ret)); then # show what the backend and QEMU said, for the failure report
+        vmq_log "backend log $VMQ_BE_LOG (warnings and errors):"
+        grep -a -i -E 'level=(WARN|ERROR)|error|fail' "$VMQ_BE_LOG" | sed 's/^time=[^ ]* //' | sort | uniq -c | sort -rn | head -n 8 | sed 's/^/    /' >&2 || true
+        for g in a b; do
+            sort "$VMQ_TG_WORK/guest-$g.qemu.log" 2>/dev/null | uniq -c | head -n 5 | sed "s/^/    qemu $g: /" >&2 || true
+        done
+    fi
+    return "$ret"
+}
+
+vmq_ping_oks() { vmq_count_log "${VMQ_GUEST_LOG[a]}" '^VHOSTMQ-PING ok'; }
+# vmq_ping_line N: the Nth ok line's "t run seq" (guest uptime, ping process
+# number, sequence number within that process)
+vmq_ping_line() {
+    tr -d '\r' <"${VMQ_GUEST_LOG[a]}" | awk -v n="$1" '/^VHOSTMQ-PING ok/ && ++c == n {
+        for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } print v["t"], v["run"], v["seq"]; exit }'
+}
+# vmq_wait_oks N SECONDS: wait until guest a has printed N ok lines in total
+vmq_wait_oks() {
+    local want=$1 end
+    end=$(($(date +%s%N) / 1000000 + $2 * 1000))
+    while (($(vmq_ping_oks) < want)); do
+        (($(date +%s%N) / 1000000 < end)) || return 1
+        vmq_alive "${VMQ_GUEST_PID[a]}" || return 1
+        sleep 0.05
+    done
+}
+
+# vmq_tg_reconnect DOWN_S: guest a pings b continuously (role pinger); the
+# backend is SIGKILLed, kept down DOWN_S seconds, and started again with the
+# same config.  Measures the outage; the guests keep running throughout.
+vmq_tg_reconnect() {
+    local down=$1 n0 nk before after t_kill t_start t_ok pa pb
+    vmq_guest_wait a '^VHOSTMQ-RESULT pinger ' 30 || { vmq_fail "guest a did not start pinging"; return; }
+    n0=$(vmq_ping_oks)
+    if ! vmq_wait_oks $((n0 + 5)) 30; then
+        vmq_fail "reconnect: guest a gets no ping replies before the restart"
+        return
+    fi
+    pa=${VMQ_GUEST_PID[a]} pb=${VMQ_GUEST_PID[b]}
+    t_kill=$(vmq_now)
+    vmq_log "reconnect: SIGKILL backend, down ${down}s"
+    vmq_backend_crash
+    nk=$(vmq_ping_oks)
+    before=$(vmq_ping_line "$nk")
+    sleep "$down"
+    t_start=$(vmq_now)
+    vmq_backend_start "$VMQ_TG_WORK" "$VMQ_TG_CFG" "$VMQ_TG_STATS" "$VMQ_TG_BACKEND_S"
+    if vmq_wait_oks $((nk + 1)) 60; then
+        t_ok=$(vmq_now)
+        after=$(vmq_ping_line $((nk + 1)))
+        vmq_res reconnect recovered
+        vmq_res reconnect_first_ok_s "$(vmq_elapsed "$t_start" "$t_ok")"
+        vmq_res reconnect_outage_s "$(vmq_elapsed "$t_kill" "$t_ok")"
+        # lost pings: the sequence gap when the same ping process spans the
+        # outage, else estimated from the interval (busybox ping restarted)
+        vmq_res reconnect_outage_guest_s "$(awk -v a="$before" -v b="$after" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.2f", y[1] - x[1] }')"
+        vmq_res reconnect_lost_pings "$(awk -v a="$before" -v b="$after" -v iv="$VMQ_TG_INTERVAL" 'BEGIN {
+            split(a, x, " "); split(b, y, " ")
+            if (x[2] == y[2]) print y[3] - x[3] - 1; else printf "~%d", (y[1] - x[1]) / iv - 1 }')"
+        vmq_res reconnect_down_s "$down"
+        vmq_ok "reconnect: first ping reply ${VMQ_RES[reconnect_first_ok_s]} s after the restart," \
+            "outage ${VMQ_RES[reconnect_outage_s]} s (guest clock ${VMQ_RES[reconnect_outage_guest_s]} s," \
+            "${VMQ_RES[reconnect_lost_pings]} pings lost)"
+        vmq_wait_oks $((nk + 6)) 20 || vmq_fail "reconnect: pings did not stay up after the first reply"
+    else
+        vmq_res reconnect failed
+        vmq_fail "reconnect: no ping reply within 60 s of restarting the backend (see $VMQ_BE_LOG)"
+    fi
+    # same guests all along: same QEMU processes, one boot each
+    local g
+    for g in a b; do
+        [[ $(vmq_count_log "${VMQ_GUEST_LOG[$g]}" '^VHOSTMQ-RESULT boot ') == 1 ]] || vmq_fail "reconnect: guest $g rebooted"
+    done
+    if ! vmq_alive "$pa" || ! vmq_alive "$pb"; then vmq_fail "reconnect: a QEMU process exited"; fi
+    if vmq_stats_wait_connected "$VMQ_TG_STATS" 10 a b; then
+        vmq_ok "reconnect: both ports connected again"
+    else
+        vmq_fail "reconnect: dataplane stats do not show both ports connected after the restart"
+    fi
+    [[ -s $VMQ_TG_STATS ]] && cp "$VMQ_TG_STATS" "$VMQ_TG_WORK/stats-reconnect.json"
+}
+
+# vmq_cpu_psi: CPU pressure (PSI "some" avg10, %): how busy the machine was
+# with other work; TCG guests slow down a lot on a loaded 2-core machine
+vmq_cpu_psi() { awk '/^some/ { sub(/avg10=/, "", $2); print $2 }' /proc/pressure/cpu 2>/dev/null || echo "?"; }
+
+# vmq_tg_teardown: stop the guests, then the backend; a dataplane must exit 0 on SIGTERM
+vmq_tg_teardown() {
+    vmq_res cpu_psi_end "$(vmq_cpu_psi)"
+    vmq_guest_stop a
+    vmq_guest_stop b
+    vmq_backend_stop
+    vmq_res backend_exit "$VMQ_RC"
+    if [[ $VMQ_BACKEND == dataplane && $VMQ_RC != 0 ]]; then
+        vmq_fail "dataplane exited with status $VMQ_RC on SIGTERM (want 0$([[ $VMQ_RC == 137 ]] && echo "; 137: SIGKILLed after not exiting within 5 s"); log $VMQ_BE_LOG)"
+    fi
+}
+
+# vmq_tg_summary: human-readable report of one scenario (stdout)
+vmq_tg_summary() {
+    local stats=$VMQ_TG_WORK/stats-traffic.json
+    [[ -s $stats ]] || stats=$VMQ_TG_STATS
+    echo
+    echo "===== vhostmq two-guest run: role=$VMQ_TG_ROLE queue pairs=$VMQ_TG_Q backend=$VMQ_BACKEND" \
+        "(host CPU pressure avg10 ${VMQ_RES[cpu_psi_start]:-?}% -> ${VMQ_RES[cpu_psi_end]:-?}%) ====="
+    {
+        echo "guest roles boot_s queues(rx/tx) link"
+        echo "a $VMQ_TG_AROLES ${VMQ_RES[boot_s_a]:-?} ${VMQ_RES[queues_a]:-?} ${VMQ_RES[link_a]:-?}"
+        echo "b server ${VMQ_RES[boot_s_b]:-?} ${VMQ_RES[queues_b]:-?} ${VMQ_RES[link_b]:-?}"
+    } | vmq_table
+    echo
+    echo "ping a->b        ${VMQ_RES[ping]:-?} received, loss ${VMQ_RES[ping_loss_pct]:-?}%, rtt min/avg/max ${VMQ_RES[rtt_ms]:-?} ms"
+    echo "iperf3 forward   ${VMQ_RES[gbps_forward]:-?} Gbit/s (a -> b, retransmits ${VMQ_RES[retrans_forward]:-?})"
+    echo "iperf3 reverse   ${VMQ_RES[gbps_reverse]:-?} Gbit/s (b -> a, retransmits ${VMQ_RES[retrans_reverse]:-?})"
+    if [[ -n ${VMQ_RES[reconnect]:-} ]]; then
+        echo "reconnect        ${VMQ_RES[reconnect]}: SIGKILL, down ${VMQ_RES[reconnect_down_s]:-?} s;" \
+            "first reply ${VMQ_RES[reconnect_first_ok_s]:-?} s after restart;" \
+            "total outage ${VMQ_RES[reconnect_outage_s]:-?} s (guest clock ${VMQ_RES[reconnect_outage_guest_s]:-?} s," \
+            "${VMQ_RES[reconnect_lost_pings]:-?} pings lost)"
+    fi
+    echo
+    echo "per-queue counters after iperf3 ($stats; rx = toward the guest, tx = from the guest):"
+    vmq_stats_table "$stats" | sed 's/^/  /'
+}
