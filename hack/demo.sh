@@ -61,6 +61,17 @@ echo "guest a: 10.0.0.1, $(vmq_result "${VMQ_GUEST_LOG[a]}" queues rx) rx / $(vm
 echo "guest b: 10.0.0.2, $(vmq_result "${VMQ_GUEST_LOG[b]}" queues rx) rx / $(vmq_result "${VMQ_GUEST_LOG[b]}" queues tx) tx queues, booted in ${VMQ_RES[boot_s_b]} s"
 echo "running: ping, then iperf3 -P $STREAMS for $ITIME s each way (TCG guests: expect well under 1 Gbit/s)"
 vmq_tg_traffic || true   # failures are recorded and reported below
+CTL=$VMQ_REPO_ROOT/bin/vhostmqctl
+if [[ $VMQ_BACKEND == dataplane && -x $CTL ]]; then
+    api=$(dirname "$VMQ_TG_CFG")/api.sock
+    step "the node agent's view (vhostmqctl --socket $api ...)"
+    for cmd in "port list" "queues --interval 0" "stats --interval 0"; do
+        echo "\$ vhostmqctl $cmd"
+        # shellcheck disable=SC2086 # $cmd is split into arguments on purpose
+        "$CTL" --socket "$api" $cmd || vmq_log "vhostmqctl $cmd failed"
+        echo
+    done
+fi
 vmq_tg_teardown
 
 step "5/5 results"
