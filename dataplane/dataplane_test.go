@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -691,4 +692,31 @@ func TestRepeatedAddMemReg(t *testing.T) {
 	if err := a.RemMemRegion(regs[0]); !errors.As(err, &nack) {
 		t.Errorf("REM_MEM_REG of a region no longer mapped: %v, want a nack", err)
 	}
+}
+
+// TestWorkerHealth: a sleeping worker is healthy, one that stops making
+// progress or has stopped is not.
+func TestWorkerHealth(t *testing.T) {
+	d := newDataplane(t)
+	waitFor(t, "worker asleep", func() bool { return d.workers[0].sleeping.Load() })
+	if h := d.WorkerHealth(); len(h) != 1 || !h[0].Healthy {
+		t.Fatalf("idle worker: %+v", h)
+	}
+	w := d.workers[0]
+	// Pretend it is stuck in a pass: awake, and no loop since long ago.
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	w.stopping.Store(false)
+	w.sleeping.Store(false)
+	w.seenPasses, w.seenAt = w.passes.Load(), time.Now().Add(-3*time.Second)
+	if h := d.WorkerHealth(); h[0].Healthy || !strings.Contains(h[0].Reason, "no progress") {
+		t.Errorf("stuck worker: %+v", h)
+	}
+	w.stopping.Store(true)
+	if h := d.WorkerHealth(); h[0].Healthy || h[0].Reason != "worker stopped" {
+		t.Errorf("stopped worker: %+v", h)
+	}
+	w.done = make(chan struct{}) // let Close's stop() return
+	close(w.done)
 }
