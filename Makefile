@@ -35,7 +35,7 @@ test-race: ## Go tests of the dataplane under the race detector
 .PHONY: test-e2e
 test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect) and DPDK virtio-user
 	hack/install-deps.sh
-	hack/e2e-qemu.sh --role both
+	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-dpdk.sh
 
 .PHONY: fuzz
