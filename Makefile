@@ -20,7 +20,7 @@ test: verify test-unit test-race test-e2e ## Everything CI runs: checks, unit/in
 
 .PHONY: build
 build: ## Build every binary into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
 
 ##@ Tests
 
