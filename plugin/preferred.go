@@ -123,7 +123,7 @@ func bestNode(avail map[string]slotRef) int {
 
 // parseSlotID splits "c<cpu>-s<n>".
 func parseSlotID(id string) (cpu, n int, err error) {
-	if _, err := fmt.Sscanf(id, "c%d-s%d", &cpu, &n); err != nil || fmt.Sprintf("c%d-s%d", cpu, n) != id {
+	if _, err := fmt.Sscanf(id, "c%d-s%d", &cpu, &n); err != nil || cpu < 0 || n < 0 || fmt.Sprintf("c%d-s%d", cpu, n) != id {
 		return 0, 0, fmt.Errorf("%q is not a slot ID like c3-s1", id)
 	}
 	return cpu, n, nil

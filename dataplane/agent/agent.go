@@ -78,6 +78,8 @@ type Agent struct {
 
 	health *healthMonitor
 	ready  atomic.Bool // the API is serving
+	// stopping closes when Serve's context ends: streams return then
+	stopping <-chan struct{}
 	agentv1.UnimplementedAgentServer
 }
 

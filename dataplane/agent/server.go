@@ -26,9 +26,13 @@ func (a *Agent) Serve(ctx context.Context) error {
 	srv := grpc.NewServer()
 	agentv1.RegisterAgentServer(srv, a)
 	go a.health.run(ctx)
+	a.stopping = ctx.Done()
 	go func() {
 		<-ctx.Done()
+		// Streams (WatchHealth) end on ctx; give unary calls a moment.
+		t := time.AfterFunc(2*time.Second, srv.Stop)
 		srv.GracefulStop()
+		t.Stop()
 	}()
 	a.log.Info("API listening", "socket", a.cfg.APISocket)
 	a.ready.Store(true)
@@ -187,6 +191,8 @@ func (a *Agent) WatchHealth(_ *agentv1.WatchHealthRequest, stream agentv1.Agent_
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case <-a.stopping:
+			return status.Error(codes.Unavailable, "the agent is shutting down")
 		case <-changed:
 		}
 	}

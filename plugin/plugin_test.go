@@ -1,0 +1,242 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/vhostmq/vhostmq/dataplane"
+	"github.com/vhostmq/vhostmq/dataplane/agent"
+)
+
+func quiet() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// fakeKubelet is the kubelet's Registration service on kubelet.sock.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	regs chan *pluginapi.RegisterRequest
+	srv  *grpc.Server
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.regs <- r
+	return &pluginapi.Empty{}, nil
+}
+
+func startKubelet(t *testing.T, dir string, regs chan *pluginapi.RegisterRequest) *fakeKubelet {
+	t.Helper()
+	path := filepath.Join(dir, "device-plugins", "kubelet.sock")
+	os.MkdirAll(filepath.Dir(path), 0o750)
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKubelet{regs: regs, srv: grpc.NewServer()}
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go k.srv.Serve(ln)
+	return k
+}
+
+// startAgent runs a real dataplane and node agent (one worker, 4 slots).
+func startAgent(t *testing.T, dir string) (stop func()) {
+	t.Helper()
+	dp, err := dataplane.New(dataplane.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(agent.Config{SlotsPerCPU: 4, SocketRoot: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"),
+		APISocket: filepath.Join(dir, "api.sock"), Logger: quiet()}, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { ag.Serve(ctx); close(done) }()
+	return func() { cancel(); <-done; dp.Close() }
+}
+
+func TestPluginLifecycle(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "dp")
+	defer os.RemoveAll(dir)
+	kdir := filepath.Join(dir, "kubelet")
+	regs := make(chan *pluginapi.RegisterRequest, 4)
+	kubelet := startKubelet(t, kdir, regs)
+	stopAgent := startAgent(t, dir)
+	defer func() { stopAgent() }()
+
+	p, err := New(Config{AgentSocket: filepath.Join(dir, "api.sock"), KubeletDir: kdir, SocketRoot: filepath.Join(dir, "alloc"),
+		DevInfoDir: filepath.Join(dir, "devinfo"), SocketUID: os.Getuid(), SocketGID: os.Getgid(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+
+	var reg *pluginapi.RegisterRequest
+	select {
+	case reg = <-regs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plugin did not register")
+	}
+	if reg.ResourceName != DefaultResource || reg.Version != pluginapi.Version || !reg.Options.GetGetPreferredAllocationAvailable() {
+		t.Fatalf("registration %v", reg)
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(kdir, "device-plugins", reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pluginapi.NewDevicePluginClient(conn)
+	law, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// waitDevices reads updates until want(devices) holds.
+	waitDevices := func(what string, want func([]*pluginapi.Device) bool) []*pluginapi.Device {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			r, err := law.Recv()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if want(r.Devices) {
+				return r.Devices
+			}
+		}
+		t.Fatalf("%s: timed out", what)
+		return nil
+	}
+	healthy := func(n int) func([]*pluginapi.Device) bool {
+		return func(ds []*pluginapi.Device) bool {
+			h := 0
+			for _, d := range ds {
+				if d.Health == pluginapi.Healthy {
+					h++
+				}
+			}
+			return len(ds) == 4 && h == n
+		}
+	}
+	devs := waitDevices("4 healthy slots", healthy(4))
+	if devs[0].ID != "c0-s0" || devs[0].Topology == nil || len(devs[0].Topology.Nodes) != 1 {
+		t.Errorf("device %v", devs[0])
+	}
+
+	// The agent goes away: every device turns unhealthy; it comes back.
+	stopAgent()
+	t0 := time.Now()
+	waitDevices("unhealthy after the agent stopped", healthy(0))
+	t.Logf("devices unhealthy %v after the agent stopped", time.Since(t0).Round(time.Millisecond))
+	stopAgent = startAgent(t, dir)
+	waitDevices("healthy after the agent came back", healthy(4))
+
+	// Preferred allocation and Allocate.
+	pref, err := client.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: []string{"c0-s0", "c0-s1", "c0-s2", "c0-s3"}, MustIncludeDeviceIDs: []string{"c0-s2"}, AllocationSize: 2}}})
+	if err != nil || len(pref.ContainerResponses[0].DeviceIDs) != 2 || pref.ContainerResponses[0].DeviceIDs[0] != "c0-s2" {
+		t.Fatalf("preferred allocation: %v %v", pref, err)
+	}
+	ids := []string{"c0-s3", "c0-s1"}
+	alloc, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := alloc.ContainerResponses[0]
+	host := filepath.Join(dir, "alloc", AllocationDir(ids))
+	if cr.Envs[EnvSlots] != "c0-s1,c0-s3" || len(cr.Mounts) != 1 || cr.Mounts[0].HostPath != host || cr.Mounts[0].ContainerPath != DefaultContainerSocketDir {
+		t.Errorf("allocate response %v", cr)
+	}
+	if fi, err := os.Stat(host); err != nil || fi.Mode().Perm() != 0o770 {
+		t.Errorf("allocation directory: %v %v", fi, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "devinfo", "vhostmq.io-queue-pairs-c0-s1-device.json"))
+	var di DeviceInfo
+	if err != nil || json.Unmarshal(b, &di) != nil || di.Type != "vhost-user" || di.Version != "1.1.0" || di.VhostUser.Mode != "server" {
+		t.Errorf("device-info: %s %v", b, err)
+	}
+	if _, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"c9-s9"}}}}); err == nil {
+		t.Error("allocating an unknown slot succeeded")
+	}
+
+	// Freed allocations are reclaimed after the grace period.
+	p.reclaim(map[string]bool{AllocationDir(ids): true}, time.Now().Add(time.Hour))
+	if _, err := os.Stat(host); err != nil {
+		t.Errorf("a live allocation was removed: %v", err)
+	}
+	p.reclaim(map[string]bool{}, time.Now())
+	if _, err := os.Stat(host); err != nil {
+		t.Errorf("a fresh allocation was removed within the grace period: %v", err)
+	}
+	p.reclaim(map[string]bool{}, time.Now().Add(time.Hour))
+	if _, err := os.Stat(host); !os.IsNotExist(err) {
+		t.Errorf("freed allocation directory left: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*c0-s1*")); len(m) != 0 {
+		t.Errorf("freed device-info left: %v", m)
+	}
+
+	// The kubelet restarts: the plugin registers again, quickly.
+	kubelet.srv.Stop()
+	t1 := time.Now()
+	startKubelet(t, kdir, regs)
+	select {
+	case <-regs:
+		d := time.Since(t1)
+		t.Logf("re-registered %v after the kubelet socket came back", d.Round(time.Millisecond))
+		if d > 5*time.Second {
+			t.Errorf("re-registration took %v, want < 5s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no re-registration within 5 s of a kubelet restart")
+	}
+
+	// Stopping: the devices are reported gone and device-info files removed.
+	client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"c0-s0"}}}})
+	conn2, _ := grpc.NewClient("unix://"+filepath.Join(kdir, "device-plugins", reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn2.Close()
+	law2, err := pluginapi.NewDevicePluginClient(conn2).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	law2.Recv()
+	cancel()
+	<-ran
+	ran <- nil
+	gotEmpty := false
+	for {
+		r, err := law2.Recv()
+		if err != nil {
+			break
+		}
+		if len(r.Devices) == 0 {
+			gotEmpty = true
+		}
+	}
+	if !gotEmpty {
+		t.Error("the plugin stopped without reporting its devices gone")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*")); len(m) != 0 {
+		t.Errorf("device-info files left after stop: %v", m)
+	}
+	_ = strings.TrimSpace
+}
