@@ -32,7 +32,16 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watching the kubelet socket: %w", err)
 	}
-	defer p.cleanupDevInfo()
+	defer func() {
+		// Stopping (an uninstall, or an upgrade): reclaim what no pod holds
+		// now, grace or not, then drop the device-info files.
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if live, err := p.liveAllocations(lctx); err == nil {
+			p.reclaim(live, time.Now().Add(reconcileGrace))
+		}
+		p.cleanupDevInfo()
+	}()
 	for {
 		err := p.serveOnce(ctx, kubeletRestarted)
 		if ctx.Err() != nil {
@@ -215,11 +224,11 @@ func socketGone(ctx context.Context, path string) <-chan struct{} {
 }
 
 // reconcileEvery is how often freed allocations are looked for; allocations
-// younger than reconcileGrace are left alone (the kubelet lists a
-// container's devices only once the container exists).
+// younger than reconcileGrace are left alone (Allocate runs a moment before
+// the kubelet lists the pod's devices).
 const (
 	reconcileEvery = 5 * time.Second
-	reconcileGrace = 2 * time.Minute
+	reconcileGrace = 30 * time.Second
 )
 
 // routineReconcile removes the socket directories and device-info files of
