@@ -14,7 +14,7 @@ demo: build ## Boot two QEMU guests on the dataplane, ping and iperf3 between th
 	hack/demo.sh
 
 .PHONY: test
-test: verify test-unit test-race test-e2e ## Everything CI runs: checks, unit/integration tests, fuzz seeds, QEMU and DPDK end-to-end tests
+test: verify test-unit test-race test-e2e test-cluster ## Everything CI runs: checks, unit/integration tests, fuzz seeds, QEMU and DPDK end-to-end tests, the device plugin on a real Kubernetes node
 
 ##@ Build
 
@@ -37,6 +37,10 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/install-deps.sh
 	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-dpdk.sh
+
+.PHONY: test-cluster
+test-cluster: ## Device plugin on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
+	hack/cluster/test-deviceplugin.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)

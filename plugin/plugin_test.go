@@ -8,13 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/agent"
@@ -238,5 +238,48 @@ func TestPluginLifecycle(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*")); len(m) != 0 {
 		t.Errorf("device-info files left after stop: %v", m)
 	}
-	_ = strings.TrimSpace
+}
+
+type fakePodResources struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	resp *podresourcesapi.ListPodResourcesResponse
+}
+
+func (f *fakePodResources) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return f.resp, nil
+}
+
+// TestLiveAllocations: the kubelet lists a container's devices one entry
+// per device when they carry NUMA topology; the allocation is their union.
+func TestLiveAllocations(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "dp")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "pod-resources", "kubelet.sock")
+	os.MkdirAll(filepath.Dir(path), 0o750)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := func(res string, ids ...string) *podresourcesapi.ContainerDevices {
+		return &podresourcesapi.ContainerDevices{ResourceName: res, DeviceIds: ids}
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, &fakePodResources{resp: &podresourcesapi.ListPodResourcesResponse{
+		PodResources: []*podresourcesapi.PodResources{{Name: "vm", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{
+			{Name: "compute", Devices: []*podresourcesapi.ContainerDevices{dev(DefaultResource, "c0-s0"), dev(DefaultResource, "c1-s0"), dev("other.io/x", "c9-s9")}},
+			{Name: "sidecar"},
+		}}}}})
+	go srv.Serve(ln)
+	defer srv.Stop()
+	p, err := New(Config{AgentSocket: "/nonexistent", KubeletDir: dir, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := p.liveAllocations(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := AllocationDir([]string{"c1-s0", "c0-s0"}); len(live) != 1 || !live[want] {
+		t.Errorf("live allocations %v, want only %s", live, want)
+	}
 }

@@ -270,10 +270,16 @@ func (p *Plugin) liveAllocations(ctx context.Context) (map[string]bool, error) {
 	live := map[string]bool{}
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
+			// With NUMA topology the kubelet lists one entry per device:
+			// the allocation is the union over the container's entries.
+			var ids []string
 			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == p.cfg.ResourceName && len(d.GetDeviceIds()) > 0 {
-					live[AllocationDir(d.GetDeviceIds())] = true
+				if d.GetResourceName() == p.cfg.ResourceName {
+					ids = append(ids, d.GetDeviceIds()...)
 				}
+			}
+			if len(ids) > 0 {
+				live[AllocationDir(ids)] = true
 			}
 		}
 	}
