@@ -61,37 +61,52 @@ func (d *Dataplane) Stats() []PortStats {
 	d.mu.Unlock()
 	out := make([]PortStats, 0, len(ports))
 	for _, p := range ports {
-		cfg := p.dev.Config()
-		ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
-			Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU()}
-		vr := p.dev.Vrings()
-		for i := range cfg.QueuePairs {
-			rx, tx := vr[2*i], vr[2*i+1]
-			qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id, BusyNs: p.busyNs(i)}
-			qs.RxEnabled, qs.TxEnabled = ready(rx), ready(tx)
-			if qs.RxEnabled && qs.TxEnabled {
-				ps.EnabledPairs++
-			}
-			rc, tc := &rx.Counters, &tx.Counters
-			qs.RxPackets, qs.RxBytes = rc.Packets.Load(), rc.Bytes.Load()
-			qs.TxPackets, qs.TxBytes = tc.Packets.Load(), tc.Bytes.Load()
-			qs.Kicks = tc.Kicks.Load() + rc.Kicks.Load()
-			qs.Calls = tc.Calls.Load() + rc.Calls.Load()
-			qs.Drops = QueueDrops{
-				RxNoBuffer:    rc.DropNoBuf.Load(),
-				RxDisabled:    rc.DropDisable.Load(),
-				TxDisabled:    tc.DropDisable.Load(),
-				BadChain:      rc.DropBad.Load() + tc.DropBad.Load(),
-				MTU:           tc.DropMTU.Load(),
-				Runt:          tc.DropRunt.Load(),
-				NoDestination: tc.DropNoDest.Load(),
-			}
-			ps.Queues = append(ps.Queues, qs)
-		}
-		out = append(out, ps)
+		out = append(out, p.stats())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// PortStats returns a snapshot of one port.
+func (d *Dataplane) PortStats(name string) (PortStats, bool) {
+	d.mu.Lock()
+	p, ok := d.byName[name]
+	d.mu.Unlock()
+	if !ok {
+		return PortStats{}, false
+	}
+	return p.stats(), true
+}
+
+func (p *port) stats() PortStats {
+	cfg := p.dev.Config()
+	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
+		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU()}
+	vr := p.dev.Vrings()
+	for i := range cfg.QueuePairs {
+		rx, tx := vr[2*i], vr[2*i+1]
+		qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id, BusyNs: p.busyNs(i)}
+		qs.RxEnabled, qs.TxEnabled = ready(rx), ready(tx)
+		if qs.RxEnabled && qs.TxEnabled {
+			ps.EnabledPairs++
+		}
+		rc, tc := &rx.Counters, &tx.Counters
+		qs.RxPackets, qs.RxBytes = rc.Packets.Load(), rc.Bytes.Load()
+		qs.TxPackets, qs.TxBytes = tc.Packets.Load(), tc.Bytes.Load()
+		qs.Kicks = tc.Kicks.Load() + rc.Kicks.Load()
+		qs.Calls = tc.Calls.Load() + rc.Calls.Load()
+		qs.Drops = QueueDrops{
+			RxNoBuffer:    rc.DropNoBuf.Load(),
+			RxDisabled:    rc.DropDisable.Load(),
+			TxDisabled:    tc.DropDisable.Load(),
+			BadChain:      rc.DropBad.Load() + tc.DropBad.Load(),
+			MTU:           tc.DropMTU.Load(),
+			Runt:          tc.DropRunt.Load(),
+			NoDestination: tc.DropNoDest.Load(),
+		}
+		ps.Queues = append(ps.Queues, qs)
+	}
+	return ps
 }
 
 func ready(v *netdev.Vring) bool {

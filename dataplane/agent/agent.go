@@ -383,22 +383,14 @@ func (a *Agent) portLocked(r *record) *agentv1.Port {
 	if dev, ok := a.dp.Port(r.spec.Id); ok {
 		st.Connected, st.Connects, st.Mtu = dev.Connected(), dev.Connects(), uint32(dev.MTU())
 	}
-	for _, ps := range a.dp.Stats() {
-		if ps.Name == r.spec.Id {
-			st.EnabledPairs = uint32(ps.EnabledPairs)
-		}
-	}
+	ps, _ := a.dp.PortStats(r.spec.Id)
+	st.EnabledPairs = uint32(ps.EnabledPairs)
 	for i, s := range r.slots {
 		st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(i), Slot: s.id, Cpu: int32(s.cpu)})
 	}
-	if len(r.slots) == 0 {
-		for _, ps := range a.dp.Stats() {
-			if ps.Name != r.spec.Id {
-				continue
-			}
-			for _, q := range ps.Queues {
-				st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(q.Pair), Cpu: int32(q.CPU)})
-			}
+	if len(r.slots) == 0 { // a static port, spread over the workers
+		for _, q := range ps.Queues {
+			st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(q.Pair), Cpu: int32(q.CPU)})
 		}
 	}
 	return &agentv1.Port{Spec: clone(r.spec), Status: st}
