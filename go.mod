@@ -3,6 +3,7 @@ module github.com/vhostmq/vhostmq
 go 1.26.0
 
 require (
+	github.com/containernetworking/cni v1.3.1
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/common v0.70.0
 	go.yaml.in/yaml/v3 v3.0.6
@@ -15,7 +16,6 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/containernetworking/cni v1.3.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect

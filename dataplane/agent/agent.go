@@ -62,6 +62,10 @@ type record struct {
 	spec   *agentv1.PortSpec // normalized
 	slots  []*slot           // by pair
 	static bool              // from the config file: not persisted, not deletable
+	// createdDir is the socket directory this agent created for the port,
+	// the only one it removes again: a directory it found (the device
+	// plugin's per-pod allocation) belongs to someone else.
+	createdDir string
 }
 
 // Agent manages ports on top of a Dataplane.
@@ -219,7 +223,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		}
 		return nil, status.Errorf(codes.Internal, "creating port %q: %v", spec.Id, err)
 	}
-	r := &record{spec: spec, slots: slots, static: static}
+	r := &record{spec: spec, slots: slots, static: static, createdDir: created}
 	for i, s := range slots {
 		s.owner = spec.Id
 		s.pairs = append(s.pairs, uint32(i))
@@ -333,12 +337,14 @@ func (a *Agent) removeLocked(r *record) {
 		}
 	}
 	delete(a.ports, r.spec.Id)
-	if r.spec.Role == agentv1.Role_ROLE_CLIENT {
-		// QEMU's socket is QEMU's; only the directory, if empty, goes.
-		os.Remove(filepath.Dir(r.spec.SocketPath))
-	} else {
+	// A server-role socket is ours (netdev unlinks it too); QEMU's socket in
+	// client role is QEMU's. The directory goes only if we made it and it
+	// is empty.
+	if r.spec.Role == agentv1.Role_ROLE_SERVER {
 		os.Remove(r.spec.SocketPath)
-		os.Remove(filepath.Dir(r.spec.SocketPath))
+	}
+	if r.createdDir != "" {
+		os.Remove(r.createdDir)
 	}
 	a.log.Info("port deleted", "port", r.spec.Id)
 }

@@ -511,3 +511,23 @@ func TestWatchHealthAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignSocketDirKept: a port whose socket directory already existed
+// (the device plugin's per-pod allocation) leaves it in place when deleted.
+func TestForeignSocketDirKept(t *testing.T) {
+	e := start(t, shortDir(t), nil, 2)
+	s := e.spec("f", 1)
+	os.MkdirAll(filepath.Dir(s.SocketPath), 0o770)
+	if _, err := e.create(s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(s.SocketPath)); err != nil {
+		t.Errorf("the pre-existing socket directory was removed: %v", err)
+	}
+	if _, err := os.Stat(s.SocketPath); !os.IsNotExist(err) {
+		t.Errorf("the server-role socket was left: %v", err)
+	}
+}

@@ -1,0 +1,522 @@
+package cni
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/plugin"
+)
+
+// Labels the plugin puts on the ports it creates.
+const (
+	LabelContainerID  = "cni.containerID"
+	LabelIfName       = "cni.ifname"
+	LabelPodNamespace = "k8s.pod.namespace"
+	LabelPodName      = "k8s.pod.name"
+	LabelPodUID       = "k8s.pod.uid"
+	LabelInterface    = "interface"
+	LabelNetwork      = "network"
+
+	pendingDir = ".cni-pending-del"
+)
+
+// Timeout bounds each call to the agent.
+var Timeout = 10 * time.Second
+
+// Funcs are the plugin's commands, for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: CmdAdd, Del: CmdDel, Check: CmdCheck, GC: CmdGC, Status: CmdStatus}
+}
+
+// Versions are the CNI spec versions the plugin supports.
+var Versions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// About is the plugin's one-line description for VERSION.
+const About = "vhostmq: multiqueue vhost-user ports for KubeVirt VMs"
+
+// PortID is the agent port ID of an attachment: deterministic, so that
+// ADD retries, DEL, CHECK and GC agree without any local state.
+func PortID(containerID, ifname string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + ifname))
+	return "cni-" + hex.EncodeToString(sum[:12])
+}
+
+// generatedMAC is a locally administered unicast address derived from the
+// attachment.
+func generatedMAC(containerID, ifname string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("mac/" + containerID + "/" + ifname))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = mac[0]&0xfc | 0x02
+	return mac
+}
+
+func dial(path string) (agentv1.AgentClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return agentv1.NewAgentClient(conn), func() { conn.Close() }, nil
+}
+
+// unreachable tells whether an agent error means the agent is not there
+// (as opposed to refusing the request).
+func unreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// agentError turns an agent error into a CNI error.
+func agentError(op string, err error) *types.Error {
+	if unreachable(err) {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: vhostmq agent not reachable", op), err.Error())
+	}
+	return types.NewError(ErrAgentRejected, fmt.Sprintf("%s: %s", op, status.Convert(err).Message()), status.Code(err).String())
+}
+
+// allocation is a device plugin allocation: its slot IDs and directory.
+type allocation struct {
+	slots []string
+	dir   string // name under the socket root, qp-<hash>
+}
+
+// findAllocation finds the allocation holding device under root, by the
+// .qp-<hash>.slots files the device plugin writes beside each directory.
+func findAllocation(root, device string) (*allocation, error) {
+	files, err := filepath.Glob(filepath.Join(root, ".qp-*.slots"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var ids []string
+		found := false
+		for _, id := range strings.Split(strings.TrimSpace(string(b)), ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				ids = append(ids, id)
+				found = found || id == device
+			}
+		}
+		if !found {
+			continue
+		}
+		dir := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "."), ".slots")
+		if want := plugin.AllocationDir(ids); want != dir {
+			return nil, fmt.Errorf("%s lists slots %s whose directory is %s", f, strings.Join(ids, ","), want)
+		}
+		return &allocation{slots: ids, dir: dir}, nil
+	}
+	return nil, nil
+}
+
+// ---- ADD -------------------------------------------------------------
+
+// CmdAdd creates the port and prints the result.
+func CmdAdd(args *skel.CmdArgs) error {
+	conf, err := loadConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	res, err := add(args, conf)
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(res, conf.CNIVersion)
+}
+
+func validIfName(s string) error {
+	if s == "" || s == "." || s == ".." || len(s) > 15 || strings.ContainsAny(s, "/: \t\n") {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_IFNAME: %q is not a valid interface name", s), "")
+	}
+	return nil
+}
+
+// socketPaths returns the host and container socket paths of ifname.
+func socketPaths(conf *NetConf, dir, ifname string) (string, string, error) {
+	host := filepath.Join(conf.SocketRoot, dir, ifname+".sock")
+	ctr := filepath.Join(conf.ContainerSocketDir, ifname+".sock")
+	if len(host) >= maxSunPath {
+		return "", "", configError("socketRoot: socket path %q is %d bytes; a unix socket path must be shorter than %d", host, len(host), maxSunPath)
+	}
+	if len(ctr) >= maxSunPath {
+		return "", "", configError("containerSocketDir: socket path %q is %d bytes; a unix socket path must be shorter than %d", ctr, len(ctr), maxSunPath)
+	}
+	return host, ctr, nil
+}
+
+// spec builds the port spec of an ADD; it creates nothing.
+func spec(args *skel.CmdArgs, conf *NetConf) (*agentv1.PortSpec, string, error) {
+	if err := validIfName(args.IfName); err != nil {
+		return nil, "", err
+	}
+	if conf.device == "" {
+		return nil, "", types.NewError(ErrNoDevice, "no vhostmq.io/queue-pairs device allocated to this pod", "the network needs the NetworkAttachmentDefinition annotation k8s.v1.cni.cncf.io/resourceName: vhostmq.io/queue-pairs, and Multus must pass deviceID")
+	}
+	alloc, err := findAllocation(conf.SocketRoot, conf.device)
+	if err != nil {
+		return nil, "", types.NewError(types.ErrIOFailure, "finding the allocation of device "+conf.device, err.Error())
+	}
+	if alloc == nil {
+		return nil, "", types.NewError(ErrNoAllocation, fmt.Sprintf("device %q: no allocation under socketRoot %s", conf.device, conf.SocketRoot), "the device plugin writes .qp-<hash>.slots there; check that socketRoot matches its --socket-root")
+	}
+	host, ctr, err := socketPaths(conf, alloc.dir, args.IfName)
+	if err != nil {
+		return nil, "", err
+	}
+	pod := parseArgs(args.Args)
+	mac := conf.mac
+	if mac == nil && pod.MAC != "" {
+		if mac, err = parseMAC(pod.MAC); err != nil {
+			return nil, "", types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS MAC: "+err.Error(), "")
+		}
+	}
+	if mac == nil {
+		mac = generatedMAC(args.ContainerID, args.IfName)
+	}
+	pairs := conf.QueuePairs
+	slots := alloc.slots
+	if pairs == 0 {
+		pairs = uint32(len(slots))
+	}
+	if int(pairs) < len(slots) {
+		slots = slots[:pairs] // fewer pairs than slots: the rest stay idle
+	}
+	s := &agentv1.PortSpec{
+		Id:         PortID(args.ContainerID, args.IfName),
+		SocketPath: host,
+		Role:       conf.role,
+		QueuePairs: pairs,
+		Slots:      slots,
+		Mac:        mac.String(),
+		Mtu:        conf.MTU,
+		Polling:    conf.poll,
+		Labels: map[string]string{
+			LabelContainerID: args.ContainerID,
+			LabelIfName:      args.IfName,
+			LabelInterface:   args.IfName,
+		},
+	}
+	if conf.Name != "" {
+		s.Labels[LabelNetwork] = conf.Name
+	}
+	for k, v := range map[string]string{LabelPodNamespace: pod.Namespace, LabelPodName: pod.Name, LabelPodUID: pod.UID} {
+		if v != "" {
+			s.Labels[k] = v
+		}
+	}
+	// Keep the allocation directory as the device plugin made it: the
+	// agent applies the spec's mode and owner to the socket's directory.
+	if fi, err := os.Stat(filepath.Dir(host)); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid := st.Uid, st.Gid
+			s.SocketUid, s.SocketGid = &uid, &gid
+			s.SocketMode = uint32(fi.Mode().Perm() & 0o770)
+		}
+	}
+	return s, ctr, nil
+}
+
+func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
+	s, ctr, err := spec(args, conf)
+	if err != nil {
+		return nil, err
+	}
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return nil, types.NewError(types.ErrInternal, "agent client", err.Error())
+	}
+	defer closeConn()
+	retryPending(client, conf.SocketRoot)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	port, err := client.CreatePort(ctx, &agentv1.CreatePortRequest{Spec: s})
+	if err != nil {
+		return nil, agentError("creating port "+s.Id, err)
+	}
+	rollback := func(cause error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		if _, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: s.Id}); err != nil {
+			return fmt.Errorf("%w (and rolling back port %s: %v)", cause, s.Id, err)
+		}
+		return cause
+	}
+	if f := conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
+		if err := writeDeviceInfo(f, conf.SocketMode, ctr); err != nil {
+			return nil, rollback(types.NewError(types.ErrIOFailure, "writing device-info "+f, err.Error()))
+		}
+	}
+	mac := s.Mac
+	if port.GetSpec().GetMac() != "" {
+		mac = port.GetSpec().GetMac()
+	}
+	return &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{{Name: args.IfName, Mac: mac, Mtu: int(port.GetStatus().GetMtu()), Sandbox: args.Netns, SocketPath: ctr}},
+	}, nil
+}
+
+// writeDeviceInfo replaces f with a vhost-user device-info file (Multus'
+// helpers refuse to overwrite, and the file is read-only).
+func writeDeviceInfo(f, mode, path string) error {
+	b, err := json.Marshal(plugin.DeviceInfo{Type: "vhost-user", Version: "1.1.0",
+		VhostUser: &plugin.VhostUserInfo{Mode: mode, Path: path}})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(f, b, 0o444)
+}
+
+// ---- DEL -------------------------------------------------------------
+
+// CmdDel deletes the port. It succeeds when the port, the netns or the
+// agent is gone; an unreachable agent leaves a pending deletion that the
+// next ADD or GC retries.
+func CmdDel(args *skel.CmdArgs) error {
+	conf, err := loadConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if f := conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return types.NewError(types.ErrIOFailure, "removing device-info "+f, err.Error())
+		}
+	}
+	id := PortID(args.ContainerID, args.IfName)
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return types.NewError(types.ErrInternal, "agent client", err.Error())
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if _, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: id}); err != nil {
+		if unreachable(err) {
+			if perr := addPending(conf.SocketRoot, id, args.ContainerID, args.IfName); perr != nil {
+				return types.NewError(types.ErrTryAgainLater, "vhostmq agent not reachable, and recording the pending deletion failed", perr.Error())
+			}
+			return nil
+		}
+		return agentError("deleting port "+id, err)
+	}
+	removePending(conf.SocketRoot, id)
+	retryPending(client, conf.SocketRoot)
+	return nil
+}
+
+type pendingDel struct {
+	ID          string    `json:"id"`
+	ContainerID string    `json:"containerID"`
+	IfName      string    `json:"ifname"`
+	Since       time.Time `json:"since"`
+}
+
+func addPending(root, id, containerID, ifname string) error {
+	dir := filepath.Join(root, pendingDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(pendingDel{ID: id, ContainerID: containerID, IfName: ifname, Since: time.Now().UTC()})
+	tmp := filepath.Join(dir, "."+id+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, id))
+}
+
+func removePending(root, id string) { os.Remove(filepath.Join(root, pendingDir, id)) }
+
+// pendingIDs lists the port IDs whose deletion is pending.
+func pendingIDs(root string) []string {
+	ents, err := os.ReadDir(filepath.Join(root, pendingDir))
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, e := range ents {
+		if !e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}
+
+// retryPending deletes the ports of pending deletions; it stops at the
+// first unreachable error and reports how many remain.
+func retryPending(client agentv1.AgentClient, root string) int {
+	ids := pendingIDs(root)
+	left := len(ids)
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		_, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: id})
+		cancel()
+		if err != nil {
+			if unreachable(err) {
+				return left
+			}
+			continue // e.g. a static port: leave it for an operator
+		}
+		removePending(root, id)
+		left--
+	}
+	return left
+}
+
+// ---- CHECK -----------------------------------------------------------
+
+// CmdCheck verifies that the port exists as ADD made it.
+func CmdCheck(args *skel.CmdArgs) error {
+	conf, err := loadConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	want, _, err := spec(args, conf)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return types.NewError(types.ErrInternal, "agent client", err.Error())
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	port, err := client.GetPort(ctx, &agentv1.GetPortRequest{Id: want.Id})
+	if status.Code(err) == codes.NotFound {
+		return types.NewError(ErrPortMismatch, fmt.Sprintf("port %s of %s is missing", want.Id, args.IfName), "")
+	}
+	if err != nil {
+		return agentError("getting port "+want.Id, err)
+	}
+	got := port.GetSpec()
+	mismatch := func(field string, g, w any) error {
+		return types.NewError(ErrPortMismatch, fmt.Sprintf("port %s: %s is %v, want %v", want.Id, field, g, w), "")
+	}
+	switch {
+	case got.GetSocketPath() != want.SocketPath:
+		return mismatch("socket_path", got.GetSocketPath(), want.SocketPath)
+	case got.GetQueuePairs() != want.QueuePairs:
+		return mismatch("queue_pairs", got.GetQueuePairs(), want.QueuePairs)
+	case len(port.GetStatus().GetQueues()) != int(want.QueuePairs):
+		return mismatch("queues", len(port.GetStatus().GetQueues()), want.QueuePairs)
+	case got.GetRole() != want.Role:
+		return mismatch("role", got.GetRole(), want.Role)
+	}
+	if conf.PrevResult != nil {
+		prev, err := current.NewResultFromResult(conf.PrevResult)
+		if err != nil {
+			return types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+		}
+		var iface *current.Interface
+		for _, i := range prev.Interfaces {
+			if i.Name == args.IfName {
+				iface = i
+			}
+		}
+		if iface == nil {
+			return types.NewError(ErrPortMismatch, fmt.Sprintf("prevResult has no interface %s", args.IfName), "")
+		}
+		if iface.Mac != "" && !strings.EqualFold(iface.Mac, got.GetMac()) {
+			return mismatch("mac", got.GetMac(), iface.Mac)
+		}
+	}
+	return nil
+}
+
+// ---- STATUS and GC ---------------------------------------------------
+
+// CmdStatus reports whether the agent is reachable.
+func CmdStatus(args *skel.CmdArgs) error {
+	conf, err := loadConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "plugin not available", err.Error())
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if _, err := client.GetCapacity(ctx, &agentv1.GetCapacityRequest{}); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "plugin not available", "vhostmq agent at "+conf.AgentSocket+": "+err.Error())
+	}
+	return nil
+}
+
+// CmdGC deletes the ports this plugin created for this network whose
+// attachment is not in cni.dev/valid-attachments, and retries pending
+// deletions.
+func CmdGC(args *skel.CmdArgs) error {
+	conf, err := loadConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return types.NewError(types.ErrInternal, "agent client", err.Error())
+	}
+	defer closeConn()
+	if left := retryPending(client, conf.SocketRoot); left > 0 {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%d pending port deletions: vhostmq agent not reachable", left), "")
+	}
+	valid := map[string]bool{}
+	for _, a := range conf.ValidAttachments {
+		valid[PortID(a.ContainerID, a.IfName)] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	list, err := client.ListPorts(ctx, &agentv1.ListPortsRequest{})
+	if err != nil {
+		return agentError("listing ports", err)
+	}
+	var errs []error
+	for _, p := range list.GetPorts() {
+		s := p.GetSpec()
+		l := s.GetLabels()
+		if _, ours := l[LabelContainerID]; !ours || l[LabelNetwork] != conf.Name {
+			continue
+		}
+		if valid[s.GetId()] || valid[PortID(l[LabelContainerID], l[LabelIfName])] {
+			continue
+		}
+		if _, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: s.GetId()}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", s.GetId(), status.Convert(err).Message()))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return types.NewError(ErrAgentRejected, "deleting stale ports", err.Error())
+	}
+	return nil
+}

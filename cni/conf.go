@@ -1,0 +1,238 @@
+// Package cni is the vhostmq CNI plugin: it turns a pod's allocated queue
+// slots (vhostmq.io/queue-pairs devices, as Multus passes them) into a
+// dataplane port with a vhost-user socket in the pod's allocation
+// directory, and tells Multus and KubeVirt where that socket is through a
+// device-info file.
+package cni
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+// Defaults of NetConf.
+const (
+	DefaultAgentSocket        = "/run/vhostmq/api.sock"
+	DefaultSocketRoot         = "/var/run/vhostmq"
+	DefaultContainerSocketDir = "/var/run/vhostmq"
+
+	minMTU        = 68
+	maxMTU        = 9702
+	maxQueuePairs = 128
+	maxSunPath    = 108
+)
+
+// Error codes of this plugin (the CNI spec reserves 0-99).
+const (
+	// ErrNoDevice: the pod has no vhostmq.io/queue-pairs device for this
+	// network (no deviceID from Multus).
+	ErrNoDevice uint = 100
+	// ErrNoAllocation: the device ID belongs to no allocation under the
+	// socket root (wrong socketRoot, or the device plugin did not run).
+	ErrNoAllocation uint = 101
+	// ErrAgentRejected: the node agent refused the port.
+	ErrAgentRejected uint = 102
+	// ErrPortMismatch: CHECK found the port missing or different.
+	ErrPortMismatch uint = 103
+)
+
+// NetConf is the plugin's network configuration.
+type NetConf struct {
+	types.PluginConf
+
+	// AgentSocket is the node agent's gRPC API socket.
+	AgentSocket string `json:"agentSocket,omitempty"`
+	// SocketRoot is the host directory under which the device plugin
+	// makes one directory per allocation (qp-<hash>).
+	SocketRoot string `json:"socketRoot,omitempty"`
+	// ContainerSocketDir is where the container sees its allocation
+	// directory.
+	ContainerSocketDir string `json:"containerSocketDir,omitempty"`
+	// MTU of the port; 0 = the agent's default (1500).
+	MTU uint32 `json:"mtu,omitempty"`
+	// QueuePairs of the port; 0 = one per allocated slot.
+	QueuePairs uint32 `json:"queuePairs,omitempty"`
+	// SocketMode is seen from the container application, as in the
+	// device-info spec: "server" (default) = QEMU in the pod creates the
+	// socket and the dataplane dials it; "client" = the dataplane listens.
+	SocketMode string `json:"socketMode,omitempty"`
+	// Polling is "interrupt", "adaptive" (default) or "busy".
+	Polling string `json:"polling,omitempty"`
+
+	// DeviceID and PCIBusID are injected by Multus.
+	DeviceID string `json:"deviceID,omitempty"`
+	PCIBusID string `json:"pciBusID,omitempty"`
+
+	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty"`
+	// Args is the CNI "args" convention; accepted and ignored.
+	Args json.RawMessage `json:"args,omitempty"`
+
+	role   agentv1.Role
+	poll   agentv1.PollingMode
+	device string // the effective device ID
+	mac    net.HardwareAddr
+}
+
+// RuntimeConfig holds the capability arguments this plugin understands.
+// Unknown keys are ignored: runtimes and Multus pass capability arguments
+// the plugin did not ask for.
+type RuntimeConfig struct {
+	DeviceID          string `json:"deviceID,omitempty"`
+	CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
+	MAC               string `json:"mac,omitempty"`
+}
+
+func configError(format string, args ...any) *types.Error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, args...), "")
+}
+
+// knownFields are the top-level keys a configuration may have: the CNI
+// ones (including what runtimes and Multus inject) and this plugin's.
+var knownFields = map[string]bool{
+	"cniVersion": true, "name": true, "type": true, "capabilities": true, "ipam": true, "dns": true,
+	"prevResult": true, "cni.dev/valid-attachments": true, "runtimeConfig": true, "args": true,
+	"deviceID": true, "pciBusID": true,
+	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
+	"socketMode": true, "polling": true,
+}
+
+// loadConf parses and validates a configuration; every error is a
+// *types.Error naming the field.
+func loadConf(data []byte) (*NetConf, error) {
+	// encoding/json matches field names case-insensitively; a config
+	// must spell them exactly.
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+err.Error(), "")
+	}
+	for k := range keys {
+		if !knownFields[k] {
+			return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unknown field %q", k), "")
+		}
+	}
+	n := &NetConf{}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(n); err != nil {
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return nil, types.NewError(types.ErrUnsupportedField, "unknown field "+f, "")
+		}
+		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+msg, "")
+	}
+	if err := version.ParsePrevResult(&n.PluginConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
+	}
+	if n.AgentSocket == "" {
+		n.AgentSocket = DefaultAgentSocket
+	}
+	if n.SocketRoot == "" {
+		n.SocketRoot = DefaultSocketRoot
+	}
+	if n.ContainerSocketDir == "" {
+		n.ContainerSocketDir = DefaultContainerSocketDir
+	}
+	for _, p := range []struct{ field, path string }{
+		{"agentSocket", n.AgentSocket}, {"socketRoot", n.SocketRoot}, {"containerSocketDir", n.ContainerSocketDir},
+	} {
+		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path {
+			return nil, configError("%s: %q must be an absolute, clean path", p.field, p.path)
+		}
+	}
+	if n.MTU != 0 && (n.MTU < minMTU || n.MTU > maxMTU) {
+		return nil, configError("mtu: %d is outside %d..%d", n.MTU, minMTU, maxMTU)
+	}
+	if n.QueuePairs > maxQueuePairs {
+		return nil, configError("queuePairs: %d is outside 1..%d", n.QueuePairs, maxQueuePairs)
+	}
+	switch n.SocketMode {
+	case "", "server":
+		n.SocketMode, n.role = "server", agentv1.Role_ROLE_CLIENT
+	case "client":
+		n.role = agentv1.Role_ROLE_SERVER
+	default:
+		return nil, configError("socketMode: %q is not \"server\" (QEMU creates the socket) or \"client\" (the dataplane does)", n.SocketMode)
+	}
+	switch n.Polling {
+	case "":
+		n.poll = agentv1.PollingMode_POLLING_UNSPECIFIED
+	case "interrupt":
+		n.poll = agentv1.PollingMode_POLLING_INTERRUPT
+	case "adaptive":
+		n.poll = agentv1.PollingMode_POLLING_ADAPTIVE
+	case "busy":
+		n.poll = agentv1.PollingMode_POLLING_BUSY
+	default:
+		return nil, configError("polling: %q is not interrupt, adaptive or busy", n.Polling)
+	}
+	if n.IPAM.Type != "" {
+		return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("ipam: %q: IPAM is not supported by vhostmq (the guest configures its own addresses)", n.IPAM.Type), "")
+	}
+	n.device = n.RuntimeConfig.DeviceID
+	if n.device == "" {
+		n.device = n.DeviceID
+	} else if n.DeviceID != "" && n.DeviceID != n.device {
+		return nil, configError("deviceID: %q differs from runtimeConfig.deviceID %q", n.DeviceID, n.device)
+	}
+	if strings.ContainsAny(n.device, "/,") {
+		return nil, configError("deviceID: %q is not a queue slot ID", n.device)
+	}
+	if n.RuntimeConfig.MAC != "" {
+		mac, err := parseMAC(n.RuntimeConfig.MAC)
+		if err != nil {
+			return nil, configError("runtimeConfig.mac: %v", err)
+		}
+		n.mac = mac
+	}
+	if f := n.RuntimeConfig.CNIDeviceInfoFile; f != "" && !filepath.IsAbs(f) {
+		return nil, configError("runtimeConfig.CNIDeviceInfoFile: %q must be an absolute path", f)
+	}
+	return n, nil
+}
+
+func parseMAC(s string) (net.HardwareAddr, error) {
+	mac, err := net.ParseMAC(s)
+	if err != nil || len(mac) != 6 {
+		return nil, fmt.Errorf("%q is not an Ethernet address like 52:54:00:12:34:56", s)
+	}
+	if mac[0]&1 != 0 {
+		return nil, fmt.Errorf("%q is a multicast address", s)
+	}
+	return mac, nil
+}
+
+// podArgs is what this plugin reads from CNI_ARGS. Unknown keys are
+// ignored (runtimes pass many).
+type podArgs struct {
+	Namespace, Name, UID, MAC string
+}
+
+func parseArgs(s string) podArgs {
+	var a podArgs
+	for _, kv := range strings.Split(s, ";") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			a.Namespace = v
+		case "K8S_POD_NAME":
+			a.Name = v
+		case "K8S_POD_UID":
+			a.UID = v
+		case "MAC":
+			a.MAC = v
+		}
+	}
+	return a
+}
