@@ -30,7 +30,7 @@ test-unit: ## Go unit and integration tests (runs the fuzz seed corpora too)
 
 .PHONY: test-race
 test-race: ## Go tests of the dataplane under the race detector
-	$(GO) test -count=1 -race ./dataplane/... ./plugin/...
+	$(GO) test -count=1 -race ./dataplane/... ./plugin/... ./cni/...
 
 .PHONY: test-e2e
 test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect) and DPDK virtio-user
