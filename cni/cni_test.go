@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,13 +14,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/vhostmq/vhostmq/dataplane"
-	"github.com/vhostmq/vhostmq/dataplane/agent"
+	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
 )
@@ -31,101 +26,36 @@ func init() { Timeout = 3 * time.Second }
 
 // env is a node: an agent with its dataplane on temp sockets.
 type env struct {
-	t      *testing.T
-	dir    string
-	root   string // socket root (host)
-	api    string
-	client agentv1.AgentClient
-	cancel context.CancelFunc
-	done   chan error
-	dp     *dataplane.Dataplane
-}
-
-func logger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	*agenttest.Node
+	t *testing.T
 }
 
 func newEnv(t *testing.T) *env {
-	d, err := os.MkdirTemp("", "cni")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	e := &env{t: t, dir: d, root: filepath.Join(d, "s"), api: filepath.Join(d, "api.sock")}
-	os.MkdirAll(e.root, 0o755)
-	e.start()
-	return e
-}
-
-// start runs the agent (again, on the same state).
-func (e *env) start() {
-	t := e.t
-	t.Helper()
-	dp, err := dataplane.New(dataplane.Config{Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := agent.New(agent.Config{SlotsPerCPU: 4, SocketRoot: e.root, StateDir: filepath.Join(e.dir, "state"), APISocket: e.api, Logger: logger()}, dp)
-	if err != nil {
-		dp.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel, e.dp, e.done = cancel, dp, make(chan error, 1)
-	go func() { e.done <- ag.Serve(ctx) }()
-	conn, err := grpc.NewClient("unix://"+e.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.client = agentv1.NewAgentClient(conn)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := e.client.ListPorts(context.Background(), &agentv1.ListPortsRequest{}); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("API did not come up")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Cleanup(func() { conn.Close(); e.stop() })
-}
-
-func (e *env) stop() {
-	if e.cancel == nil {
-		return
-	}
-	e.cancel()
-	<-e.done
-	e.dp.Close()
-	e.cancel = nil
+	return &env{Node: agenttest.Start(t, "", 4), t: t}
 }
 
 // allocate fakes a device plugin allocation of slots; it returns the
 // allocation directory (host path).
 func (e *env) allocate(slots ...string) string {
 	dir := plugin.AllocationDir(slots)
-	host := filepath.Join(e.root, dir)
+	host := filepath.Join(e.SocketRoot, dir)
 	if err := os.Mkdir(host, 0o770); err != nil {
 		e.t.Fatal(err)
 	}
 	os.Chmod(host, 0o770)
-	if err := os.WriteFile(filepath.Join(e.root, "."+dir+".slots"), []byte(strings.Join(slots, ",")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.SocketRoot, "."+dir+".slots"), []byte(strings.Join(slots, ",")+"\n"), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	return host
 }
 
 func (e *env) conf(extra string) []byte {
-	c := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"vhu-net","type":"vhostmq-cni","agentSocket":%q,"socketRoot":%q,"containerSocketDir":"/var/run/vhostmq"%s}`, e.api, e.root, extra)
+	c := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"vhu-net","type":"vhostmq-cni","agentSocket":%q,"socketRoot":%q,"containerSocketDir":"/var/run/vhostmq"%s}`, e.APISocket, e.SocketRoot, extra)
 	return []byte(c)
 }
 
 func (e *env) ports() []*agentv1.Port {
-	l, err := e.client.ListPorts(context.Background(), &agentv1.ListPortsRequest{})
+	l, err := e.Client.ListPorts(context.Background(), &agentv1.ListPortsRequest{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -164,7 +94,7 @@ const cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 func TestAddDelFlow(t *testing.T) {
 	e := newEnv(t)
 	host := e.allocate("c0-s1", "c0-s0")
-	devinfo := filepath.Join(e.dir, "devinfo", "vhu-net-"+cid[:12]+"_net1")
+	devinfo := filepath.Join(e.Dir, "devinfo", "vhu-net-"+cid[:12]+"_net1")
 	os.MkdirAll(filepath.Dir(devinfo), 0o755)
 	os.WriteFile(devinfo, []byte(`{"type":"vhost-user"}`), 0o444) // as Multus copies the DP file
 	conf := e.conf(fmt.Sprintf(`,"mtu":9000,"deviceID":"c0-s0","runtimeConfig":{"deviceID":"c0-s0","CNIDeviceInfoFile":%q,"mac":"ca:fe:ca:fe:42:42"}`, devinfo))
@@ -278,7 +208,7 @@ func TestDefaultsAndClientMode(t *testing.T) {
 	// Fewer pairs than slots: the first slots serve them.
 	e.allocate("c0-s1")
 	mustAdd(t, cmdArgs(cid, "eth2", e.conf(`,"deviceID":"c0-s1","queuePairs":1`)))
-	p, err := e.client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, "eth2")})
+	p, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, "eth2")})
 	if err != nil || p.Spec.QueuePairs != 1 || strings.Join(p.Spec.Slots, ",") != "c0-s1" {
 		t.Errorf("one pair: %v %v", p, err)
 	}
@@ -290,7 +220,7 @@ func TestDelAgentDown(t *testing.T) {
 	args := cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0"`))
 	mustAdd(t, args)
 	id := PortID(cid, "net1")
-	e.stop()
+	e.Stop()
 
 	if err := CmdStatus(args); cniErr(t, err).Code != types.ErrPluginNotAvailable || cniErr(t, err).Msg != "plugin not available" {
 		t.Errorf("STATUS with the agent down: %v", err)
@@ -302,7 +232,7 @@ func TestDelAgentDown(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("DEL with the agent down took %v", d)
 	}
-	if _, err := os.Stat(filepath.Join(e.root, pendingDir, id)); err != nil {
+	if _, err := os.Stat(filepath.Join(e.SocketRoot, pendingDir, id)); err != nil {
 		t.Fatalf("pending file: %v", err)
 	}
 	// ADD with the agent down: try again later, nothing recorded.
@@ -313,8 +243,8 @@ func TestDelAgentDown(t *testing.T) {
 	}
 
 	// The agent comes back with the port (persisted); GC retries the deletion.
-	e.start()
-	if _, err := e.client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: id}); err != nil {
+	e.Restart()
+	if _, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: id}); err != nil {
 		t.Fatalf("port not restored: %v", err)
 	}
 	if err := CmdStatus(args); err != nil {
@@ -324,10 +254,10 @@ func TestDelAgentDown(t *testing.T) {
 	if err := CmdGC(cmdArgs(cid, "net1", gc)); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	if _, err := e.client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: id}); status.Code(err) != codes.NotFound {
+	if _, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: id}); status.Code(err) != codes.NotFound {
 		t.Errorf("pending deletion not retried: %v", err)
 	}
-	if ids := pendingIDs(e.root); len(ids) != 0 {
+	if ids := pendingIDs(e.SocketRoot); len(ids) != 0 {
 		t.Errorf("pending left: %v", ids)
 	}
 }
@@ -338,17 +268,17 @@ func TestPendingRetriedByAdd(t *testing.T) {
 	e.allocate("c0-s1")
 	a1 := cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0"`))
 	mustAdd(t, a1)
-	e.stop()
+	e.Stop()
 	if err := CmdDel(a1); err != nil {
 		t.Fatal(err)
 	}
-	e.start()
+	e.Restart()
 	mustAdd(t, cmdArgs(strings.Repeat("a", 64), "net1", e.conf(`,"deviceID":"c0-s1"`)))
 	ports := e.ports()
 	if len(ports) != 1 || ports[0].Spec.Id != PortID(strings.Repeat("a", 64), "net1") {
 		t.Errorf("ports after ADD: %v", ports)
 	}
-	if ids := pendingIDs(e.root); len(ids) != 0 {
+	if ids := pendingIDs(e.SocketRoot); len(ids) != 0 {
 		t.Errorf("pending left: %v", ids)
 	}
 }
@@ -365,8 +295,8 @@ func TestGC(t *testing.T) {
 	other := e.conf(`,"deviceID":"c0-s2"`)
 	other = []byte(strings.Replace(string(other), `"name":"vhu-net"`, `"name":"other"`, 1))
 	mustAdd(t, cmdArgs(drop, "net2", other))
-	if _, err := e.client.CreatePort(context.Background(), &agentv1.CreatePortRequest{Spec: &agentv1.PortSpec{
-		Id: "manual", SocketPath: filepath.Join(e.root, "manual", "m.sock"), Role: agentv1.Role_ROLE_SERVER, QueuePairs: 1}}); err != nil {
+	if _, err := e.Client.CreatePort(context.Background(), &agentv1.CreatePortRequest{Spec: &agentv1.PortSpec{
+		Id: "manual", SocketPath: filepath.Join(e.SocketRoot, "manual", "m.sock"), Role: agentv1.Role_ROLE_SERVER, QueuePairs: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	gc := e.conf(`,"cni.dev/valid-attachments":[{"containerID":"` + keep + `","ifname":"net1"}]`)
@@ -400,7 +330,7 @@ func TestCheckDetectsDifferences(t *testing.T) {
 	if err := CmdCheck(args); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	e.client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: PortID(cid, "net1")})
+	e.Client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: PortID(cid, "net1")})
 	if err := CmdCheck(args); cniErr(t, err).Code != ErrPortMismatch {
 		t.Errorf("CHECK of a missing port: %v", err)
 	}
@@ -409,7 +339,7 @@ func TestCheckDetectsDifferences(t *testing.T) {
 func TestBadConfigCreatesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s0")
-	devinfo := filepath.Join(e.dir, "di")
+	devinfo := filepath.Join(e.Dir, "di")
 	for _, tc := range []struct {
 		name  string
 		extra string
@@ -456,7 +386,7 @@ func TestRollbackOnDeviceInfoFailure(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s0")
 	// The device-info path's parent is a file: writing fails after CreatePort.
-	blocker := filepath.Join(e.dir, "blocker")
+	blocker := filepath.Join(e.Dir, "blocker")
 	os.WriteFile(blocker, nil, 0o644)
 	conf := e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","runtimeConfig":{"CNIDeviceInfoFile":%q}`, filepath.Join(blocker, "x")))
 	err := CmdAdd(cmdArgs(cid, "net1", conf))

@@ -3,8 +3,6 @@ package plugin
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,16 +14,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/vhostmq/vhostmq/dataplane"
-	"github.com/vhostmq/vhostmq/dataplane/agent"
+	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 )
-
-func quiet() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
 
 // fakeKubelet is the kubelet's Registration service on kubelet.sock.
 type fakeKubelet struct {
@@ -54,35 +44,16 @@ func startKubelet(t *testing.T, dir string, regs chan *pluginapi.RegisterRequest
 	return k
 }
 
-// startAgent runs a real dataplane and node agent (one worker, 4 slots).
-func startAgent(t *testing.T, dir string) (stop func()) {
-	t.Helper()
-	dp, err := dataplane.New(dataplane.Config{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := agent.New(agent.Config{SlotsPerCPU: 4, SocketRoot: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"),
-		APISocket: filepath.Join(dir, "api.sock"), Logger: quiet()}, dp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { ag.Serve(ctx); close(done) }()
-	return func() { cancel(); <-done; dp.Close() }
-}
-
 func TestPluginLifecycle(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "dp")
 	defer os.RemoveAll(dir)
 	kdir := filepath.Join(dir, "kubelet")
 	regs := make(chan *pluginapi.RegisterRequest, 4)
 	kubelet := startKubelet(t, kdir, regs)
-	stopAgent := startAgent(t, dir)
-	defer func() { stopAgent() }()
+	node := agenttest.Start(t, dir, 4)
 
 	p, err := New(Config{AgentSocket: filepath.Join(dir, "api.sock"), KubeletDir: kdir, SocketRoot: filepath.Join(dir, "alloc"),
-		DevInfoDir: filepath.Join(dir, "devinfo"), SocketUID: os.Getuid(), SocketGID: os.Getgid(), Logger: quiet()})
+		DevInfoDir: filepath.Join(dir, "devinfo"), SocketUID: os.Getuid(), SocketGID: os.Getgid(), Logger: agenttest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,11 +114,11 @@ func TestPluginLifecycle(t *testing.T) {
 	}
 
 	// The agent goes away: every device turns unhealthy; it comes back.
-	stopAgent()
+	node.Stop()
 	t0 := time.Now()
 	waitDevices("unhealthy after the agent stopped", healthy(0))
 	t.Logf("devices unhealthy %v after the agent stopped", time.Since(t0).Round(time.Millisecond))
-	stopAgent = startAgent(t, dir)
+	node.Restart()
 	waitDevices("healthy after the agent came back", healthy(4))
 
 	// Preferred allocation and Allocate.
@@ -271,7 +242,7 @@ func TestLiveAllocations(t *testing.T) {
 		}}}}})
 	go srv.Serve(ln)
 	defer srv.Stop()
-	p, err := New(Config{AgentSocket: "/nonexistent", KubeletDir: dir, Logger: quiet()})
+	p, err := New(Config{AgentSocket: "/nonexistent", KubeletDir: dir, Logger: agenttest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
