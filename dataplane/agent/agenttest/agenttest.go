@@ -84,6 +84,15 @@ func (n *Node) Restart() {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.dp, n.done = cancel, dp, make(chan error, 1)
 	go func() { n.done <- ag.Serve(ctx) }()
+	// Dial once the socket exists: a refused first dial costs gRPC's 1 s backoff.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(n.APISocket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's API socket did not appear")
+		}
+	}
 	if n.conn, err = grpc.NewClient("unix://"+n.APISocket, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
