@@ -10,14 +10,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ipam"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -125,6 +128,7 @@ func findAllocation(root, device string) (*allocation, error) {
 		if !found {
 			continue
 		}
+		slices.Sort(ids) // the order Multus indexes networks by
 		dir := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "."), ".slots")
 		if want := plugin.AllocationDir(ids); want != dir {
 			return nil, fmt.Errorf("%s lists slots %s whose directory is %s", f, strings.Join(ids, ","), want)
@@ -169,52 +173,74 @@ func socketPaths(conf *NetConf, dir, ifname string) (string, string, error) {
 	return host, ctr, nil
 }
 
-// spec builds the port spec of an ADD; it creates nothing.
-func spec(args *skel.CmdArgs, conf *NetConf) (*agentv1.PortSpec, string, error) {
+// attachment is what an ADD makes: the port spec and the socket path the
+// container sees. Building it creates nothing.
+type attachment struct {
+	spec       *agentv1.PortSpec
+	ctrSocket  string
+	socketMode string // device-info mode, seen from the container
+}
+
+// plan builds the attachment of an ADD or CHECK from the configuration,
+// the pod's annotations and its allocation.
+func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 	if err := validIfName(args.IfName); err != nil {
-		return nil, "", err
-	}
-	if conf.device == "" {
-		return nil, "", types.NewError(ErrNoDevice, "no vhostmq.io/queue-pairs device allocated to this pod", "the network needs the NetworkAttachmentDefinition annotation k8s.v1.cni.cncf.io/resourceName: vhostmq.io/queue-pairs, and Multus must pass deviceID")
-	}
-	alloc, err := findAllocation(conf.SocketRoot, conf.device)
-	if err != nil {
-		return nil, "", types.NewError(types.ErrIOFailure, "finding the allocation of device "+conf.device, err.Error())
-	}
-	if alloc == nil {
-		return nil, "", types.NewError(ErrNoAllocation, fmt.Sprintf("device %q: no allocation under socketRoot %s", conf.device, conf.SocketRoot), "the device plugin writes .qp-<hash>.slots there; check that socketRoot matches its --socket-root")
-	}
-	host, ctr, err := socketPaths(conf, alloc.dir, args.IfName)
-	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	pod := parseArgs(args.Args)
+	annotations, _, err := podAnnotations(conf, pod)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := parseAnnotations(annotations)
+	if err != nil {
+		return nil, err
+	}
+	set, err := findSlots(conf, pod)
+	if err != nil {
+		return nil, err
+	}
+	pairs, from := uint32(len(set.all)), "the allocation"
+	switch {
+	case ps.queues != 0:
+		pairs, from = ps.queues, "pod annotation "+AnnotationQueues
+	case conf.QueuePairs != 0:
+		pairs, from = conf.QueuePairs, "queuePairs"
+	}
+	slots, err := set.split(pairs, from)
+	if err != nil {
+		return nil, err
+	}
+	host, ctr, err := socketPaths(conf, set.dir, args.IfName)
+	if err != nil {
+		return nil, err
+	}
 	mac := conf.mac
 	if mac == nil && pod.MAC != "" {
 		if mac, err = parseMAC(pod.MAC); err != nil {
-			return nil, "", types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS MAC: "+err.Error(), "")
+			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS MAC: "+err.Error(), "")
 		}
 	}
 	if mac == nil {
 		mac = generatedMAC(args.ContainerID, args.IfName)
 	}
-	pairs := conf.QueuePairs
-	slots := alloc.slots
-	if pairs == 0 {
-		pairs = uint32(len(slots))
+	role, mode := conf.role, conf.SocketMode
+	if ps.socketMode != "" {
+		role, mode = ps.role, ps.socketMode
 	}
-	if int(pairs) < len(slots) {
-		slots = slots[:pairs] // fewer pairs than slots: the rest stay idle
+	poll := conf.poll
+	if ps.pollSet {
+		poll = ps.poll
 	}
 	s := &agentv1.PortSpec{
 		Id:         PortID(args.ContainerID, args.IfName),
 		SocketPath: host,
-		Role:       conf.role,
+		Role:       role,
 		QueuePairs: pairs,
 		Slots:      slots,
 		Mac:        mac.String(),
 		Mtu:        conf.MTU,
-		Polling:    conf.poll,
+		Polling:    poll,
 		Labels: map[string]string{
 			LabelContainerID: args.ContainerID,
 			LabelIfName:      args.IfName,
@@ -238,36 +264,69 @@ func spec(args *skel.CmdArgs, conf *NetConf) (*agentv1.PortSpec, string, error) 
 			s.SocketMode = uint32(fi.Mode().Perm() & 0o770)
 		}
 	}
-	return s, ctr, nil
+	return &attachment{spec: s, ctrSocket: ctr, socketMode: mode}, nil
 }
 
 func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
-	s, ctr, err := spec(args, conf)
+	at, err := plan(args, conf)
 	if err != nil {
 		return nil, err
 	}
+	s := at.spec
 	client, closeConn, err := dial(conf.AgentSocket)
 	if err != nil {
 		return nil, types.NewError(types.ErrInternal, "agent client", err.Error())
 	}
 	defer closeConn()
 	retryPending(client, conf.SocketRoot)
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	var undo []func() error
+	rollback := func(cause error) error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			if err := undo[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%w (and rolling back: %v)", cause, errors.Join(errs...))
+		}
+		return cause
+	}
+	// Addresses first: the guest learns them from the result (KubeVirt
+	// passes them on), the dataplane does not need them.
+	if conf.IPAM.Type != "" {
+		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
+		if err != nil {
+			return nil, ipamError("ipam ADD", conf.IPAM.Type, err)
+		}
+		undo = append(undo, func() error { return ipam.ExecDel(conf.IPAM.Type, args.StdinData) })
+		ir, err := current.NewResultFromResult(r)
+		if err != nil {
+			return nil, rollback(types.NewError(types.ErrDecodingFailure, "ipam "+conf.IPAM.Type+" result", err.Error()))
+		}
+		if len(ir.IPs) == 0 {
+			return nil, rollback(types.NewError(types.ErrInvalidNetworkConfig, "ipam "+conf.IPAM.Type+" returned no addresses", ""))
+		}
+		for _, ip := range ir.IPs {
+			ip.Interface = current.Int(0)
+		}
+		res.IPs, res.Routes, res.DNS = ir.IPs, ir.Routes, ir.DNS
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	port, err := client.CreatePort(ctx, &agentv1.CreatePortRequest{Spec: s})
 	if err != nil {
-		return nil, agentError("creating port "+s.Id, err)
+		return nil, rollback(agentError("creating port "+s.Id, err))
 	}
-	rollback := func(cause error) error {
+	undo = append(undo, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()
-		if _, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: s.Id}); err != nil {
-			return fmt.Errorf("%w (and rolling back port %s: %v)", cause, s.Id, err)
-		}
-		return cause
-	}
+		_, err := client.DeletePort(ctx, &agentv1.DeletePortRequest{Id: s.Id})
+		return err
+	})
 	if f := conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
-		if err := writeDeviceInfo(f, conf.SocketMode, ctr); err != nil {
+		if err := writeDeviceInfo(f, at.socketMode, at.ctrSocket); err != nil {
 			return nil, rollback(types.NewError(types.ErrIOFailure, "writing device-info "+f, err.Error()))
 		}
 	}
@@ -275,10 +334,29 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 	if port.GetSpec().GetMac() != "" {
 		mac = port.GetSpec().GetMac()
 	}
-	return &current.Result{
-		CNIVersion: current.ImplementedSpecVersion,
-		Interfaces: []*current.Interface{{Name: args.IfName, Mac: mac, Mtu: int(port.GetStatus().GetMtu()), Sandbox: args.Netns, SocketPath: ctr}},
-	}, nil
+	res.Interfaces = []*current.Interface{{Name: args.IfName, Mac: mac, Mtu: int(port.GetStatus().GetMtu()), Sandbox: args.Netns, SocketPath: at.ctrSocket}}
+	return res, nil
+}
+
+// ipamSpeaks11 tells whether the IPAM plugin knows STATUS and GC (CNI
+// 1.1); older ones (Debian 12 ships 1.0) are not asked.
+func ipamSpeaks11(plugin string) bool {
+	paths := filepath.SplitList(os.Getenv("CNI_PATH"))
+	path, err := invoke.FindInPath(plugin, paths)
+	if err != nil {
+		return false
+	}
+	vi, err := invoke.GetVersionInfo(context.Background(), path, nil)
+	return err == nil && slices.Contains(vi.SupportedVersions(), "1.1.0")
+}
+
+// ipamError keeps the delegated plugin's CNI error code.
+func ipamError(op, plugin string, err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return types.NewError(te.Code, fmt.Sprintf("%s (%s): %s", op, plugin, te.Msg), te.Details)
+	}
+	return types.NewError(types.ErrInternal, fmt.Sprintf("%s (%s)", op, plugin), err.Error())
 }
 
 // writeDeviceInfo replaces f with a vhost-user device-info file (Multus'
@@ -311,6 +389,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if f := conf.RuntimeConfig.CNIDeviceInfoFile; f != "" {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			return types.NewError(types.ErrIOFailure, "removing device-info "+f, err.Error())
+		}
+	}
+	// Addresses are released even when the agent is away.
+	if conf.IPAM.Type != "" {
+		if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
+			return ipamError("ipam DEL", conf.IPAM.Type, err)
 		}
 	}
 	id := PortID(args.ContainerID, args.IfName)
@@ -401,9 +485,15 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	want, _, err := spec(args, conf)
+	at, err := plan(args, conf)
 	if err != nil {
 		return err
+	}
+	want := at.spec
+	if conf.IPAM.Type != "" {
+		if err := ipam.ExecCheck(conf.IPAM.Type, args.StdinData); err != nil {
+			return ipamError("ipam CHECK", conf.IPAM.Type, err)
+		}
 	}
 	client, closeConn, err := dial(conf.AgentSocket)
 	if err != nil {
@@ -432,6 +522,8 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return mismatch("queues", len(port.GetStatus().GetQueues()), want.QueuePairs)
 	case got.GetRole() != want.Role:
 		return mismatch("role", got.GetRole(), want.Role)
+	case !slices.Equal(got.GetSlots(), want.Slots):
+		return mismatch("slots", got.GetSlots(), want.Slots)
 	}
 	if conf.PrevResult != nil {
 		prev, err := current.NewResultFromResult(conf.PrevResult)
@@ -471,6 +563,11 @@ func CmdStatus(args *skel.CmdArgs) error {
 	defer cancel()
 	if _, err := client.GetCapacity(ctx, &agentv1.GetCapacityRequest{}); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "plugin not available", "vhostmq agent at "+conf.AgentSocket+": "+err.Error())
+	}
+	if conf.IPAM.Type != "" && ipamSpeaks11(conf.IPAM.Type) {
+		if err := ipam.ExecStatus(conf.IPAM.Type, args.StdinData); err != nil {
+			return ipamError("ipam STATUS", conf.IPAM.Type, err)
+		}
 	}
 	return nil
 }
@@ -517,6 +614,11 @@ func CmdGC(args *skel.CmdArgs) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(ErrAgentRejected, "deleting stale ports", err.Error())
+	}
+	if conf.IPAM.Type != "" && ipamSpeaks11(conf.IPAM.Type) {
+		if err := invoke.DelegateGC(context.Background(), conf.IPAM.Type, args.StdinData, nil); err != nil {
+			return ipamError("ipam GC", conf.IPAM.Type, err)
+		}
 	}
 	return nil
 }

@@ -50,7 +50,10 @@ func (e *env) allocate(slots ...string) string {
 }
 
 func (e *env) conf(extra string) []byte {
-	c := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"vhu-net","type":"vhostmq-cni","agentSocket":%q,"socketRoot":%q,"containerSocketDir":"/var/run/vhostmq"%s}`, e.APISocket, e.SocketRoot, extra)
+	// podResourcesSocket: never the machine's kubelet, even when a test
+	// cluster runs beside the tests.
+	c := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"vhu-net","type":"vhostmq-cni","agentSocket":%q,"socketRoot":%q,"containerSocketDir":"/var/run/vhostmq","podResourcesSocket":%q%s}`,
+		e.APISocket, e.SocketRoot, filepath.Join(e.Dir, "pod-resources.sock"), extra)
 	return []byte(c)
 }
 
@@ -137,7 +140,7 @@ func TestAddDelFlow(t *testing.T) {
 		}
 	}
 	if s.Id != PortID(cid, "net1") || s.SocketPath != filepath.Join(host, "net1.sock") || s.QueuePairs != 2 ||
-		strings.Join(s.Slots, ",") != "c0-s1,c0-s0" || s.Role != agentv1.Role_ROLE_CLIENT || s.Mtu != 9000 || s.Mac != "ca:fe:ca:fe:42:42" {
+		strings.Join(s.Slots, ",") != "c0-s0,c0-s1" || s.Role != agentv1.Role_ROLE_CLIENT || s.Mtu != 9000 || s.Mac != "ca:fe:ca:fe:42:42" {
 		t.Errorf("port spec %v", s)
 	}
 	if n := len(ports[0].Status.Queues); n != 2 {
@@ -186,11 +189,11 @@ func TestAddDelFlow(t *testing.T) {
 func TestDefaultsAndClientMode(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s2", "c0-s3", "c0-s0")
-	args := cmdArgs(cid, "eth1", e.conf(`,"deviceID":"c0-s3","socketMode":"client","queuePairs":8,"polling":"interrupt"`))
+	args := cmdArgs(cid, "eth1", e.conf(`,"deviceID":"c0-s0","socketMode":"client","polling":"interrupt"`))
 	args.Args += ";MAC=52:54:00:00:00:01"
 	res := mustAdd(t, args)
 	s := e.ports()[0].Spec
-	if s.Role != agentv1.Role_ROLE_SERVER || s.QueuePairs != 8 || len(s.Slots) != 3 || s.Mac != "52:54:00:00:00:01" || s.Polling != agentv1.PollingMode_POLLING_INTERRUPT {
+	if s.Role != agentv1.Role_ROLE_SERVER || s.QueuePairs != 3 || strings.Join(s.Slots, ",") != "c0-s0,c0-s2,c0-s3" || s.Mac != "52:54:00:00:00:01" || s.Polling != agentv1.PollingMode_POLLING_INTERRUPT {
 		t.Errorf("spec %v", s)
 	}
 	if res.Interfaces[0].Mac != "52:54:00:00:00:01" {
@@ -324,7 +327,7 @@ func TestCheckDetectsDifferences(t *testing.T) {
 	args := cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0"`))
 	mustAdd(t, args)
 	// A config asking for other queue counts does not match the port.
-	if err := CmdCheck(cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0","queuePairs":4`))); cniErr(t, err).Code != ErrPortMismatch || !strings.Contains(err.Error(), "queue_pairs") {
+	if err := CmdCheck(cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0","queuePairs":1`))); cniErr(t, err).Code != ErrPortMismatch || !strings.Contains(err.Error(), "queue_pairs") {
 		t.Errorf("CHECK with other queue pairs: %v", err)
 	}
 	if err := CmdCheck(args); err != nil {
@@ -355,7 +358,11 @@ func TestBadConfigCreatesNothing(t *testing.T) {
 		{"queuePairs", `,"deviceID":"c0-s0","queuePairs":129`, types.ErrInvalidNetworkConfig, "queuePairs"},
 		{"relative root", `,"deviceID":"c0-s0","agentSocket":"api.sock"`, types.ErrInvalidNetworkConfig, "agentSocket"},
 		{"bad mac", `,"deviceID":"c0-s0","runtimeConfig":{"mac":"01:00:5e:00:00:01"}`, types.ErrInvalidNetworkConfig, "runtimeConfig.mac"},
-		{"ipam", `,"deviceID":"c0-s0","ipam":{"type":"host-local"}`, types.ErrUnsupportedField, "ipam"},
+		{"ipam without type", `,"deviceID":"c0-s0","ipam":{}`, types.ErrInvalidNetworkConfig, "ipam"},
+		{"ipam plugin missing", `,"deviceID":"c0-s0","ipam":{"type":"no-such-ipam"}`, types.ErrInternal, "ipam ADD (no-such-ipam)"},
+		{"more queues than allocated", `,"deviceID":"c0-s0","queuePairs":2`, ErrNoAllocation, "queuePairs asks for 2 queue pairs, the pod has 1 allocated"},
+		{"bad resourceName", `,"deviceID":"c0-s0","resourceName":"queue-pairs"`, types.ErrInvalidNetworkConfig, "resourceName"},
+		{"relative kubeconfig", `,"deviceID":"c0-s0","kubeconfig":"kc"`, types.ErrInvalidNetworkConfig, "kubeconfig"},
 		{"deviceID conflict", `,"deviceID":"c0-s0","runtimeConfig":{"deviceID":"c0-s1"}`, types.ErrInvalidNetworkConfig, "deviceID"},
 		{"no deviceID", ``, ErrNoDevice, "no vhostmq.io/queue-pairs device allocated to this pod"},
 		{"unallocated device", `,"deviceID":"c0-s3"`, ErrNoAllocation, `device "c0-s3"`},

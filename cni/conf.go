@@ -24,6 +24,8 @@ const (
 	DefaultAgentSocket        = "/run/vhostmq/api.sock"
 	DefaultSocketRoot         = "/var/run/vhostmq"
 	DefaultContainerSocketDir = "/var/run/vhostmq"
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	DefaultResourceName       = "vhostmq.io/queue-pairs"
 
 	minMTU        = 68
 	maxMTU        = 9702
@@ -67,6 +69,15 @@ type NetConf struct {
 	SocketMode string `json:"socketMode,omitempty"`
 	// Polling is "interrupt", "adaptive" (default) or "busy".
 	Polling string `json:"polling,omitempty"`
+	// Kubeconfig lets the plugin read the pod's vhostmq.io/ annotations;
+	// default DefaultKubeconfig if it exists, else annotations are not read.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// PodResourcesSocket is the kubelet's pod-resources API, which lists
+	// every queue-pairs device of the pod; when it is absent the plugin
+	// relies on deviceID and the device plugin's allocation records.
+	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
+	// ResourceName is the device plugin's extended resource.
+	ResourceName string `json:"resourceName,omitempty"`
 
 	// DeviceID and PCIBusID are injected by Multus.
 	DeviceID string `json:"deviceID,omitempty"`
@@ -102,7 +113,7 @@ var knownFields = map[string]bool{
 	"prevResult": true, "cni.dev/valid-attachments": true, "runtimeConfig": true, "args": true,
 	"deviceID": true, "pciBusID": true,
 	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
-	"socketMode": true, "polling": true,
+	"socketMode": true, "polling": true, "kubeconfig": true, "podResourcesSocket": true, "resourceName": true,
 }
 
 // loadConf parses and validates a configuration; every error is a
@@ -129,7 +140,8 @@ func loadConf(data []byte) (*NetConf, error) {
 		}
 		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+msg, "")
 	}
-	if err := version.ParsePrevResult(&n.PluginConf); err != nil {
+	var err error
+	if err = version.ParsePrevResult(&n.PluginConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "prevResult: "+err.Error(), "")
 	}
 	if n.AgentSocket == "" {
@@ -141,9 +153,21 @@ func loadConf(data []byte) (*NetConf, error) {
 	if n.ContainerSocketDir == "" {
 		n.ContainerSocketDir = DefaultContainerSocketDir
 	}
+	if n.PodResourcesSocket == "" {
+		n.PodResourcesSocket = DefaultPodResourcesSocket
+	}
+	if n.ResourceName == "" {
+		n.ResourceName = DefaultResourceName
+	} else if d, r, ok := strings.Cut(n.ResourceName, "/"); !ok || d == "" || r == "" || strings.Contains(r, "/") {
+		return nil, configError("resourceName: %q is not an extended resource name like %s", n.ResourceName, DefaultResourceName)
+	}
 	for _, p := range []struct{ field, path string }{
 		{"agentSocket", n.AgentSocket}, {"socketRoot", n.SocketRoot}, {"containerSocketDir", n.ContainerSocketDir},
+		{"podResourcesSocket", n.PodResourcesSocket}, {"kubeconfig", n.Kubeconfig},
 	} {
+		if p.field == "kubeconfig" && p.path == "" {
+			continue
+		}
 		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path {
 			return nil, configError("%s: %q must be an absolute, clean path", p.field, p.path)
 		}
@@ -154,28 +178,17 @@ func loadConf(data []byte) (*NetConf, error) {
 	if n.QueuePairs > maxQueuePairs {
 		return nil, configError("queuePairs: %d is outside 1..%d", n.QueuePairs, maxQueuePairs)
 	}
-	switch n.SocketMode {
-	case "", "server":
-		n.SocketMode, n.role = "server", agentv1.Role_ROLE_CLIENT
-	case "client":
-		n.role = agentv1.Role_ROLE_SERVER
-	default:
+	if n.SocketMode == "" {
+		n.SocketMode = "server"
+	}
+	if n.role, err = parseSocketMode(n.SocketMode); err != nil {
 		return nil, configError("socketMode: %q is not \"server\" (QEMU creates the socket) or \"client\" (the dataplane does)", n.SocketMode)
 	}
-	switch n.Polling {
-	case "":
-		n.poll = agentv1.PollingMode_POLLING_UNSPECIFIED
-	case "interrupt":
-		n.poll = agentv1.PollingMode_POLLING_INTERRUPT
-	case "adaptive":
-		n.poll = agentv1.PollingMode_POLLING_ADAPTIVE
-	case "busy":
-		n.poll = agentv1.PollingMode_POLLING_BUSY
-	default:
+	if n.poll, err = parsePolling(n.Polling); err != nil {
 		return nil, configError("polling: %q is not interrupt, adaptive or busy", n.Polling)
 	}
-	if n.IPAM.Type != "" {
-		return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("ipam: %q: IPAM is not supported by vhostmq (the guest configures its own addresses)", n.IPAM.Type), "")
+	if _, ok := keys["ipam"]; ok && n.IPAM.Type == "" {
+		return nil, configError("ipam: has no \"type\" (the IPAM plugin to delegate to, e.g. host-local)")
 	}
 	n.device = n.RuntimeConfig.DeviceID
 	if n.device == "" {
@@ -197,6 +210,30 @@ func loadConf(data []byte) (*NetConf, error) {
 		return nil, configError("runtimeConfig.CNIDeviceInfoFile: %q must be an absolute path", f)
 	}
 	return n, nil
+}
+
+func parseSocketMode(s string) (agentv1.Role, error) {
+	switch s {
+	case "server": // QEMU listens, the dataplane dials
+		return agentv1.Role_ROLE_CLIENT, nil
+	case "client":
+		return agentv1.Role_ROLE_SERVER, nil
+	}
+	return 0, fmt.Errorf("bad socket mode %q", s)
+}
+
+func parsePolling(s string) (agentv1.PollingMode, error) {
+	switch s {
+	case "":
+		return agentv1.PollingMode_POLLING_UNSPECIFIED, nil
+	case "interrupt":
+		return agentv1.PollingMode_POLLING_INTERRUPT, nil
+	case "adaptive":
+		return agentv1.PollingMode_POLLING_ADAPTIVE, nil
+	case "busy":
+		return agentv1.PollingMode_POLLING_BUSY, nil
+	}
+	return 0, fmt.Errorf("bad polling mode %q", s)
 }
 
 func parseMAC(s string) (net.HardwareAddr, error) {

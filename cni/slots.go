@@ -1,0 +1,182 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/vhostmq/vhostmq/plugin"
+)
+
+// How one pod's queue pairs are shared between its vhostmq interfaces.
+//
+// The pod's devices of ResourceName (one container's, as kubelet gave
+// them to one Allocate call) are sorted: S = s0 < s1 < ... < sN-1. Multus
+// hands the k-th vhostmq network of the pod the device S[k] (it sorts the
+// IDs the same way and takes one per network), so k is the index of
+// deviceID in S. With q queue pairs per interface (vhostmq.io/queues, else
+// the network's queuePairs, else N), interface k serves S[k*q : k*q+q].
+// One network takes the whole allocation by default; a pod with two
+// networks on 8 queue pairs says vhostmq.io/queues: "4" (the KubeVirt
+// webhook does) and gets S[0:4] and S[4:8]. An interface whose range
+// runs past N fails with an error that says so: never a smaller port.
+
+// slotSet is the pod's allocation and this interface's index in it.
+type slotSet struct {
+	all   []string // sorted
+	index int      // of this interface (Multus' network index)
+	dir   string   // allocation directory under the socket root
+}
+
+// split returns the slots of interface s.index with q queue pairs each;
+// from names where q came from, for the error.
+func (s *slotSet) split(q uint32, from string) ([]string, error) {
+	n := len(s.all)
+	start := s.index * int(q)
+	if start+int(q) <= n {
+		return s.all[start : start+int(q)], nil
+	}
+	if s.index == 0 {
+		return nil, types.NewError(ErrNoAllocation,
+			fmt.Sprintf("%s asks for %d queue pairs, the pod has %d allocated (%s)", from, q, n, strings.Join(s.all, ",")),
+			fmt.Sprintf("request %d %s or lower %s", q, DefaultResourceName, from))
+	}
+	return nil, types.NewError(ErrNoAllocation,
+		fmt.Sprintf("interface %d of the pod needs queue slots %d..%d (%d queue pairs each, from %s), the pod has %d allocated (%s)", s.index, start, start+int(q)-1, q, from, n, strings.Join(s.all, ",")),
+		fmt.Sprintf("request %d %s in total or lower the pod annotation %s", int(q)*(s.index+1), DefaultResourceName, AnnotationQueues))
+}
+
+// findSlots finds the pod's allocation: from the kubelet's pod-resources
+// API when it answers, else from the allocation record holding deviceID.
+func findSlots(conf *NetConf, pod podArgs) (*slotSet, error) {
+	devices, err := podDevices(conf.PodResourcesSocket, conf.ResourceName, pod)
+	switch {
+	case err == nil && len(devices) > 0:
+		return fromPodResources(conf, devices)
+	case err != nil && !errors.Is(err, errNoPodResources):
+		return nil, types.NewError(types.ErrTryAgainLater, "asking the kubelet for the pod's "+conf.ResourceName+" devices", err.Error())
+	}
+	// Without pod-resources (or without an answer for this pod): the
+	// device plugin's record of the allocation that holds deviceID.
+	if conf.device == "" {
+		return nil, types.NewError(ErrNoDevice, fmt.Sprintf("no %s device allocated to this pod", conf.ResourceName),
+			"the pod must request "+conf.ResourceName+" and the NetworkAttachmentDefinition carry the annotation k8s.v1.cni.cncf.io/resourceName: "+conf.ResourceName+" so that Multus passes deviceID")
+	}
+	alloc, err := findAllocation(conf.SocketRoot, conf.device)
+	if err != nil {
+		return nil, types.NewError(types.ErrIOFailure, "finding the allocation of device "+conf.device, err.Error())
+	}
+	if alloc == nil {
+		return nil, noAllocation(conf)
+	}
+	return &slotSet{all: alloc.slots, index: slices.Index(alloc.slots, conf.device), dir: alloc.dir}, nil
+}
+
+func noAllocation(conf *NetConf) error {
+	return types.NewError(ErrNoAllocation, fmt.Sprintf("device %q: no allocation under socketRoot %s", conf.device, conf.SocketRoot),
+		"the device plugin writes .qp-<hash>.slots there; check that socketRoot matches its --socket-root")
+}
+
+// fromPodResources picks the container whose devices hold deviceID (or
+// the only container with devices) and checks the device plugin made
+// its allocation directory.
+func fromPodResources(conf *NetConf, devices map[string][]string) (*slotSet, error) {
+	var ids []string
+	if conf.device != "" {
+		for _, d := range devices {
+			if slices.Contains(d, conf.device) {
+				ids = d
+			}
+		}
+		if ids == nil {
+			return nil, types.NewError(ErrNoAllocation, fmt.Sprintf("deviceID %q is not one of the pod's %s devices", conf.device, conf.ResourceName), "")
+		}
+	} else {
+		if len(devices) > 1 {
+			names := make([]string, 0, len(devices))
+			for c := range devices {
+				names = append(names, c)
+			}
+			slices.Sort(names)
+			return nil, types.NewError(ErrNoDevice, fmt.Sprintf("containers %s all have %s devices and no deviceID says which to use", strings.Join(names, ", "), conf.ResourceName), "")
+		}
+		for _, d := range devices {
+			ids = d
+		}
+	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	dir := plugin.AllocationDir(ids)
+	if _, err := os.Stat(filepath.Join(conf.SocketRoot, dir)); err != nil {
+		return nil, types.NewError(ErrNoAllocation, fmt.Sprintf("the allocation directory of devices %s is missing under socketRoot %s", strings.Join(ids, ","), conf.SocketRoot), err.Error())
+	}
+	index := 0
+	if conf.device != "" {
+		index = slices.Index(ids, conf.device)
+	}
+	return &slotSet{all: ids, index: index, dir: dir}, nil
+}
+
+var errNoPodResources = errors.New("pod-resources API not available")
+
+// podDevices asks the kubelet's pod-resources API for the pod's devices of
+// resource, per container. errNoPodResources: no socket, or no pod named.
+func podDevices(socket, resource string, pod podArgs) (map[string][]string, error) {
+	if pod.Name == "" || pod.Namespace == "" {
+		return nil, errNoPodResources
+	}
+	if _, err := os.Stat(socket); err != nil {
+		return nil, errNoPodResources
+	}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	client := podresourcesapi.NewPodResourcesListerClient(conn)
+	var pr []*podresourcesapi.PodResources
+	// Get answers for one pod; kubelets without it (feature gate off)
+	// answer Unimplemented, and List does.
+	got, err := client.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: pod.Namespace})
+	switch status.Code(err) {
+	case codes.OK:
+		pr = append(pr, got.GetPodResources())
+	case codes.Unimplemented, codes.NotFound, codes.Unknown:
+		list, err := client.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("pod-resources List: %w", err)
+		}
+		pr = list.GetPodResources()
+	default:
+		return nil, fmt.Errorf("pod-resources Get: %w", err)
+	}
+	out := map[string][]string{}
+	for _, p := range pr {
+		if p.GetName() != pod.Name || p.GetNamespace() != pod.Namespace {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if d.GetResourceName() == resource {
+					// One entry per device when devices carry topology.
+					out[c.GetName()] = append(out[c.GetName()], d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	return out, nil
+}
