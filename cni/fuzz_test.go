@@ -1,0 +1,57 @@
+package cni
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// FuzzLoadConf: any configuration either loads with its invariants or is
+// refused with a CNI error; nothing panics.
+func FuzzLoadConf(f *testing.F) {
+	for _, s := range []string{
+		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni"}`,
+		`{"cniVersion":"1.1.0","name":"n","type":"vhostmq-cni","mtu":9000,"queuePairs":4,"socketMode":"client","polling":"busy","deviceID":"c0-s0","runtimeConfig":{"deviceID":"c0-s0","mac":"52:54:00:00:00:01","CNIDeviceInfoFile":"/x"}}`,
+		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","ipam":{"type":"host-local","subnet":"192.0.2.0/24"},"kubeconfig":"/k","resourceName":"a/b"}`,
+		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}]}}`,
+		`{"MTU":1}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, err := loadConf(data)
+		if err != nil {
+			var te *types.Error
+			if !errors.As(err, &te) || te.Msg == "" {
+				t.Fatalf("error %v (%T) is not a CNI error with a message", err, err)
+			}
+			return
+		}
+		if n.MTU != 0 && (n.MTU < minMTU || n.MTU > maxMTU) || n.QueuePairs > maxQueuePairs ||
+			(n.SocketMode != "server" && n.SocketMode != "client") || n.AgentSocket == "" || n.SocketRoot == "" {
+			t.Fatalf("accepted an invalid config: %+v", n)
+		}
+	})
+}
+
+// FuzzParseAnnotations: annotation values come from whoever may edit the
+// pod; they are accepted only in range.
+func FuzzParseAnnotations(f *testing.F) {
+	f.Add("4", "server", "adaptive")
+	f.Add("0", "both", "")
+	f.Add("129", "client", "spin")
+	f.Fuzz(func(t *testing.T, q, mode, poll string) {
+		s, err := parseAnnotations(map[string]string{AnnotationQueues: q, AnnotationSocketMode: mode, AnnotationPolling: poll})
+		if err != nil {
+			var te *types.Error
+			if !errors.As(err, &te) || te.Code != ErrBadAnnotation {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if s.queues < 1 || s.queues > maxQueuePairs {
+			t.Fatalf("queues %d accepted from %q", s.queues, q)
+		}
+	})
+}

@@ -1,0 +1,240 @@
+package cni
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+// apiServer serves one pod the way kube-apiserver does, for client-go.
+// The real API server is exercised by hack/cluster/test-cni.sh.
+func apiServer(t *testing.T, pod *corev1.Pod) (kubeconfig string, gets *atomic.Int32) {
+	t.Helper()
+	gets = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != fmt.Sprintf("/api/v1/namespaces/%s/pods/%s", pod.Namespace, pod.Name) {
+			w.WriteHeader(http.StatusNotFound)
+			json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status: "Failure", Reason: metav1.StatusReasonNotFound, Code: 404, Message: "pods not found"})
+			return
+		}
+		gets.Add(1)
+		pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+		json.NewEncoder(w).Encode(pod)
+	}))
+	t.Cleanup(srv.Close)
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, srv.URL)
+	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, gets
+}
+
+func launcherPod(annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "vm1-launcher", UID: "uid-1", Annotations: annotations}}
+}
+
+func TestAnnotationsTuneThePort(t *testing.T) {
+	e := newEnv(t)
+	e.allocate("c0-s0", "c0-s1", "c0-s2", "c0-s3")
+	kc, gets := apiServer(t, launcherPod(map[string]string{
+		AnnotationQueues: "2", AnnotationSocketMode: "client", AnnotationPolling: "busy", "other.io/x": "y"}))
+	conf := e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q,"socketMode":"server","polling":"interrupt","queuePairs":4`, kc))
+	mustAdd(t, cmdArgs(cid, "net1", conf))
+	if gets.Load() == 0 {
+		t.Fatal("the pod was not read")
+	}
+	s := e.ports()[0].Spec
+	// Annotations override the network configuration.
+	if s.QueuePairs != 2 || strings.Join(s.Slots, ",") != "c0-s0,c0-s1" || s.Role != agentv1.Role_ROLE_SERVER || s.Polling != agentv1.PollingMode_POLLING_BUSY {
+		t.Errorf("spec %v", s)
+	}
+	if err := CmdCheck(cmdArgs(cid, "net1", conf)); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	// The second vhostmq network of the pod: Multus passes the second
+	// sorted device; it gets the next two slots.
+	conf2 := []byte(strings.Replace(string(conf), `"deviceID":"c0-s0"`, `"deviceID":"c0-s1"`, 1))
+	mustAdd(t, cmdArgs(cid, "net2", conf2))
+	p, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, "net2")})
+	if err != nil || strings.Join(p.Spec.Slots, ",") != "c0-s2,c0-s3" {
+		t.Errorf("second network: %v %v", p, err)
+	}
+	// A third one would run past the allocation.
+	conf3 := []byte(strings.Replace(string(conf), `"deviceID":"c0-s0"`, `"deviceID":"c0-s2"`, 1))
+	err = CmdAdd(cmdArgs(cid, "net3", conf3))
+	if te := cniErr(t, err); te.Code != ErrNoAllocation || !strings.Contains(te.Msg, "interface 2 of the pod needs queue slots 4..5") {
+		t.Errorf("third network: %v", err)
+	}
+}
+
+func TestBadAnnotations(t *testing.T) {
+	e := newEnv(t)
+	e.allocate("c0-s0", "c0-s1")
+	for _, tc := range []struct {
+		key, value, msg string
+	}{
+		{AnnotationQueues, "0", `pod annotation vhostmq.io/queues: "0" is not a number of queue pairs in 1..128`},
+		{AnnotationQueues, "four", `pod annotation vhostmq.io/queues: "four" is not`},
+		{AnnotationQueues, "-1", `pod annotation vhostmq.io/queues: "-1" is not`},
+		{AnnotationSocketMode, "both", `pod annotation vhostmq.io/socket-mode: "both" is not "server"`},
+		{AnnotationPolling, "spin", `pod annotation vhostmq.io/polling: "spin" is not interrupt, adaptive or busy`},
+		{AnnotationPolling, "", `pod annotation vhostmq.io/polling: "" is not`},
+	} {
+		kc, _ := apiServer(t, launcherPod(map[string]string{tc.key: tc.value}))
+		err := CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, kc))))
+		if te := cniErr(t, err); te.Code != ErrBadAnnotation || !strings.Contains(te.Msg, tc.msg) {
+			t.Errorf("%s=%q: %v", tc.key, tc.value, err)
+		}
+	}
+	// More queues than allocated names the annotation.
+	kc, _ := apiServer(t, launcherPod(map[string]string{AnnotationQueues: "3"}))
+	err := CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, kc))))
+	if te := cniErr(t, err); te.Code != ErrNoAllocation || !strings.Contains(te.Msg, "pod annotation vhostmq.io/queues asks for 3 queue pairs, the pod has 2") {
+		t.Errorf("too many queues: %v", err)
+	}
+	// A pod the API server does not know, and a replaced pod.
+	kc, _ = apiServer(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "other"}})
+	err = CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, kc))))
+	if te := cniErr(t, err); te.Code != ErrPodLookup || !strings.Contains(te.Msg, "reading pod ns1/vm1-launcher") {
+		t.Errorf("unknown pod: %v", err)
+	}
+	replaced := launcherPod(nil)
+	replaced.UID = "uid-2"
+	kc, _ = apiServer(t, replaced)
+	err = CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, kc))))
+	if te := cniErr(t, err); te.Code != ErrPodLookup || !strings.Contains(te.Msg, "the pod was replaced") {
+		t.Errorf("replaced pod: %v", err)
+	}
+	// An API server that does not answer: try again later.
+	err = CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, writeKubeconfig(t, "https://127.0.0.1:1")))))
+	if te := cniErr(t, err); te.Code != types.ErrTryAgainLater {
+		t.Errorf("API server down: %v", err)
+	}
+	if n := len(e.ports()); n != 0 {
+		t.Errorf("%d ports left by bad annotations", n)
+	}
+}
+
+func writeKubeconfig(t *testing.T, server string) string {
+	p := filepath.Join(t.TempDir(), "kc")
+	os.WriteFile(p, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", server)), 0o600)
+	return p
+}
+
+// kubelet serves the pod-resources API (List, and Get unless getMissing)
+// over a unix socket, as the kubelet does.
+type kubelet struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	pods       []*podresourcesapi.PodResources
+	getMissing bool
+	lists      atomic.Int32
+}
+
+func (k *kubelet) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	k.lists.Add(1)
+	return &podresourcesapi.ListPodResourcesResponse{PodResources: k.pods}, nil
+}
+
+func (k *kubelet) Get(_ context.Context, r *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
+	if k.getMissing {
+		return nil, status.Error(codes.Unimplemented, "feature gate KubeletPodResourcesGet is off")
+	}
+	for _, p := range k.pods {
+		if p.Name == r.PodName && p.Namespace == r.PodNamespace {
+			return &podresourcesapi.GetPodResourcesResponse{PodResources: p}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "pod %s/%s not found", r.PodNamespace, r.PodName)
+}
+
+func serveKubelet(t *testing.T, socket string, k *kubelet) {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, k)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+}
+
+func devices(container string, ids ...string) *podresourcesapi.ContainerResources {
+	c := &podresourcesapi.ContainerResources{Name: container}
+	for _, id := range ids {
+		// one entry per device, as the kubelet lists devices with topology
+		c.Devices = append(c.Devices, &podresourcesapi.ContainerDevices{ResourceName: DefaultResourceName, DeviceIds: []string{id}})
+	}
+	return c
+}
+
+func TestSlotsFromPodResources(t *testing.T) {
+	for _, getMissing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("getMissing=%v", getMissing), func(t *testing.T) {
+			e := newEnv(t)
+			host := e.allocate("c0-s3", "c0-s1", "c0-s2")
+			// No .slots record: only the kubelet knows the set.
+			os.Remove(filepath.Join(e.SocketRoot, "."+filepath.Base(host)+".slots"))
+			k := &kubelet{getMissing: getMissing, pods: []*podresourcesapi.PodResources{
+				{Name: "other", Namespace: "ns1", Containers: []*podresourcesapi.ContainerResources{devices("compute", "c0-s0")}},
+				{Name: "vm1-launcher", Namespace: "ns1", Containers: []*podresourcesapi.ContainerResources{
+					{Name: "sidecar"}, devices("compute", "c0-s3", "c0-s1", "c0-s2")}},
+			}}
+			serveKubelet(t, filepath.Join(e.Dir, "pod-resources.sock"), k)
+			// No deviceID at all (a NAD without resourceName): the pod's
+			// only container with devices gives the set.
+			mustAdd(t, cmdArgs(cid, "net1", e.conf("")))
+			s := e.ports()[0].Spec
+			if strings.Join(s.Slots, ",") != "c0-s1,c0-s2,c0-s3" || s.SocketPath != filepath.Join(host, "net1.sock") {
+				t.Errorf("spec %v", s)
+			}
+			if getMissing != (k.lists.Load() > 0) {
+				t.Errorf("List called %d times with Get missing=%v", k.lists.Load(), getMissing)
+			}
+			// A deviceID that is not the pod's is refused.
+			err := CmdAdd(cmdArgs(cid, "net2", e.conf(`,"deviceID":"c0-s0"`)))
+			if te := cniErr(t, err); te.Code != ErrNoAllocation || !strings.Contains(te.Msg, `deviceID "c0-s0" is not one of the pod's`) {
+				t.Errorf("foreign deviceID: %v", err)
+			}
+		})
+	}
+}
+
+func TestNoDevicesAnywhere(t *testing.T) {
+	e := newEnv(t)
+	serveKubelet(t, filepath.Join(e.Dir, "pod-resources.sock"), &kubelet{pods: []*podresourcesapi.PodResources{
+		{Name: "vm1-launcher", Namespace: "ns1", Containers: []*podresourcesapi.ContainerResources{{Name: "compute"}}}}})
+	err := CmdAdd(cmdArgs(cid, "net1", e.conf("")))
+	if te := cniErr(t, err); te.Code != ErrNoDevice || !strings.Contains(te.Msg, "no vhostmq.io/queue-pairs device allocated to this pod") {
+		t.Errorf("no devices: %v", err)
+	}
+	if n := len(e.ports()); n != 0 {
+		t.Errorf("%d ports", n)
+	}
+}
