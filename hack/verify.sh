@@ -24,14 +24,17 @@ else
 fi
 # The committed generated code must match the .proto files.
 if command -v protoc >/dev/null; then
+    gendirs=(dataplane/api/v1 cni/kubevirt/hookapi)
     tmp=$(mktemp -d)
-    cp -a dataplane/api/v1/. "$tmp/"
+    for d in "${gendirs[@]}"; do mkdir -p "$tmp/$d" && cp -a "$d/." "$tmp/$d/"; done
     hack/generate.sh >/dev/null
-    if ! diff -r -q "$tmp" dataplane/api/v1 >/dev/null; then
-        echo "verify: dataplane/api/v1 is stale: run make generate and commit the result"
-        cp -a "$tmp/." dataplane/api/v1/
-        fail=1
-    fi
+    for d in "${gendirs[@]}"; do
+        if ! diff -r -q "$tmp/$d" "$d" >/dev/null; then
+            echo "verify: $d is stale: run make generate and commit the result"
+            cp -a "$tmp/$d/." "$d/"
+            fail=1
+        fi
+    done
     rm -rf "$tmp"
 fi
 if ((fail)); then echo "verify: FAILED"; exit 1; fi

@@ -1,0 +1,45 @@
+// Command vhostmq-kubevirt-binding is vhostmq's KubeVirt network binding
+// sidecar (see package binding). KubeVirt starts it in the virt-launcher
+// pod without arguments; NETWORK_BINDING_PLUGIN_NAME names the binding.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/vhostmq/vhostmq/cni/kubevirt/binding"
+)
+
+func main() {
+	plugin := os.Getenv("NETWORK_BINDING_PLUGIN_NAME")
+	if plugin == "" {
+		plugin = binding.DefaultPluginName
+	}
+	cfg := binding.Config{}
+	flag.StringVar(&cfg.HookName, "hook-name", binding.DefaultHookName, "name reported to virt-launcher; the socket is <hooks-dir>/<name>.sock")
+	flag.StringVar(&cfg.PluginName, "binding", plugin, "binding plugin name VMI interfaces use (default from NETWORK_BINDING_PLUGIN_NAME)")
+	flag.StringVar(&cfg.NetworkInfo, "network-info", binding.DefaultNetworkInfo, "KubeVirt's downward-API network-info file")
+	hooksDir := flag.String("hooks-dir", binding.DefaultHooksDir, "KubeVirt's hook socket directory")
+	level := flag.String("log-level", "info", "debug, info, warn or error")
+	// KubeVirt's generic sidecar-shim passes --version; accept and ignore it.
+	flag.String("version", "v1alpha3", "hook API version (only v1alpha3)")
+	flag.Parse()
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	cfg.Socket = *hooksDir + "/" + cfg.HookName + ".sock"
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := binding.NewServer(cfg).Serve(ctx); err != nil {
+		cfg.Logger.Error("sidecar failed", "err", err)
+		os.Exit(1)
+	}
+}
