@@ -126,7 +126,7 @@ func TestOnDefineDomainKubeVirtDomain(t *testing.T) {
 		t.Fatalf("%d vhost-user interfaces, want 2:\n%s", len(vhu), post)
 	}
 	for i, want := range []struct{ alias, path, mac string }{
-		{"ua-fast", "/var/run/vhostmq/pod1a2b3c4d5e6.sock", "ca:fe:ca:fe:42:42"}, // the VMI's MAC
+		{"ua-fast", "/var/run/vhostmq/pod1a2b3c4d5e6.sock", "ca:fe:ca:fe:42:42"},  // the VMI's MAC
 		{"ua-fast2", "/var/run/vhostmq/pod6f7a8b9c0d1.sock", "02:00:00:00:00:02"}, // network-info's
 	} {
 		g := vhu[i]
