@@ -188,26 +188,48 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		return nil, err
 	}
 	pod := parseArgs(args.Args)
-	annotations, _, err := podAnnotations(conf, pod)
+	pv, err := readPod(conf, pod)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := parseAnnotations(annotations)
-	if err != nil {
-		return nil, err
+	var ps podSettings
+	if pv != nil {
+		if ps, err = parseAnnotations(pv.pod.Annotations); err != nil {
+			return nil, err
+		}
 	}
 	set, err := findSlots(conf, pod)
 	if err != nil {
 		return nil, err
 	}
+	// Queue pairs per interface: the pod's annotation (the webhook writes
+	// it), else the sidecar's rule on the VMI of a virt-launcher pod, else
+	// the network's queuePairs, else the whole allocation.
 	pairs, from := uint32(len(set.all)), "the allocation"
 	switch {
 	case ps.queues != 0:
 		pairs, from = ps.queues, "pod annotation "+AnnotationQueues
-	case conf.QueuePairs != 0:
-		pairs, from = conf.QueuePairs, "queuePairs"
+	default:
+		q, vfrom, ok := uint32(0), "", false
+		if pv != nil {
+			if q, vfrom, ok, err = pv.vmiQueues(); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case ok:
+			pairs, from = q, vfrom
+		case conf.QueuePairs != 0:
+			pairs, from = conf.QueuePairs, "queuePairs"
+		}
 	}
-	slots, err := set.split(pairs, from)
+	networks := 0 // unknown without the API server
+	if pv != nil {
+		if networks, err = pv.networks(conf.ResourceName); err != nil {
+			return nil, err
+		}
+	}
+	slots, err := set.split(pairs, from, networks)
 	if err != nil {
 		return nil, err
 	}

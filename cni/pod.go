@@ -7,12 +7,16 @@ import (
 	"strconv"
 
 	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/vhostmq/vhostmq/cni/kubevirt/podnet"
+	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
@@ -60,42 +64,94 @@ func kubeconfigPath(conf *NetConf) string {
 	return ""
 }
 
-// podAnnotations reads the pod's annotations. ok is false when no
-// kubeconfig is configured (annotations are then not read) or the pod is
-// not named in CNI_ARGS.
-func podAnnotations(conf *NetConf, pod podArgs) (map[string]string, bool, error) {
+// podView is the pod as the API server has it, and a way to read the
+// NADs and VMI behind it.
+type podView struct {
+	pod    *corev1.Pod
+	lookup podnet.Lookup
+}
+
+// readPod reads the pod named in CNI_ARGS. It returns nil (and no error)
+// when no kubeconfig is configured or the pod is not named: annotations
+// are then not read.
+func readPod(conf *NetConf, pod podArgs) (*podView, error) {
 	path := kubeconfigPath(conf)
 	if path == "" || pod.Name == "" || pod.Namespace == "" {
-		return nil, false, nil
+		return nil, nil
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, false, configError("kubeconfig: %s: %v", path, err)
+		return nil, configError("kubeconfig: %s: %v", path, err)
 	}
 	rc.Timeout = Timeout
 	rc.UserAgent = "vhostmq-cni"
-	return getAnnotations(rc, pod)
+	return getPod(rc, pod)
 }
 
-func getAnnotations(rc *rest.Config, pod podArgs) (map[string]string, bool, error) {
+func getPod(rc *rest.Config, pod podArgs) (*podView, error) {
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, false, configError("kubeconfig: %v", err)
+		return nil, configError("kubeconfig: %v", err)
+	}
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, configError("kubeconfig: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
-		code := ErrPodLookup
-		if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-			code = types.ErrTryAgainLater
-		}
-		return nil, false, types.NewError(code, fmt.Sprintf("reading pod %s/%s for its vhostmq.io annotations", pod.Namespace, pod.Name), err.Error())
+		return nil, apiError(fmt.Sprintf("reading pod %s/%s for its vhostmq.io annotations", pod.Namespace, pod.Name), err)
 	}
 	if pod.UID != "" && string(p.UID) != pod.UID {
-		return nil, false, types.NewError(ErrPodLookup, fmt.Sprintf("pod %s/%s has UID %s, CNI_ARGS say %s (the pod was replaced)", pod.Namespace, pod.Name, p.UID, pod.UID), "")
+		return nil, types.NewError(ErrPodLookup, fmt.Sprintf("pod %s/%s has UID %s, CNI_ARGS say %s (the pod was replaced)", pod.Namespace, pod.Name, p.UID, pod.UID), "")
 	}
-	return p.Annotations, true, nil
+	return &podView{pod: p, lookup: &podnet.ClusterLookup{Client: dc}}, nil
+}
+
+// apiError is ErrPodLookup for answers that will not change (not found,
+// forbidden), try-again-later for the rest.
+func apiError(what string, err error) error {
+	code := ErrPodLookup
+	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		code = types.ErrTryAgainLater
+	}
+	return types.NewError(code, what, err.Error())
+}
+
+// vmiQueues applies the binding sidecar's queue rule to the VMI behind a
+// virt-launcher pod; ok is false for other pods.
+func (v *podView) vmiQueues() (q uint32, from string, ok bool, err error) {
+	name := podnet.LauncherOf(v.pod)
+	if name == "" {
+		return 0, "", false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	b, err := v.lookup.VMI(ctx, v.pod.Namespace, name)
+	if err != nil {
+		return 0, "", false, apiError("reading VirtualMachineInstance "+v.pod.Namespace+"/"+name, err)
+	}
+	x, err := vmi.Parse(b)
+	if err != nil {
+		return 0, "", false, types.NewError(types.ErrDecodingFailure, "VirtualMachineInstance "+name, err.Error())
+	}
+	n, _, err := x.Queues()
+	if err != nil {
+		return 0, "", false, types.NewError(ErrBadAnnotation, "VirtualMachineInstance "+name+": "+err.Error(), "")
+	}
+	return uint32(n), "VirtualMachineInstance " + name, true, nil
+}
+
+// networks counts the pod's networks that use resourceName.
+func (v *podView) networks(resourceName string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	k, err := podnet.CountNetworks(ctx, v.lookup, v.pod, resourceName)
+	if err != nil {
+		return 0, apiError("counting the pod's "+resourceName+" networks", err)
+	}
+	return k, nil
 }
 
 func annotationError(key, value, want string) error {

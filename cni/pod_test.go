@@ -21,16 +21,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
 // apiServer serves one pod the way kube-apiserver does, for client-go.
 // The real API server is exercised by hack/cluster/test-cni.sh.
-func apiServer(t *testing.T, pod *corev1.Pod) (kubeconfig string, gets *atomic.Int32) {
+func apiServer(t *testing.T, pod *corev1.Pod, objects ...string) (kubeconfig string, gets *atomic.Int32) {
 	t.Helper()
 	gets = &atomic.Int32{}
+	// objects: URL path, JSON, URL path, JSON, ...
+	byPath := map[string]string{}
+	for i := 0; i+1 < len(objects); i += 2 {
+		byPath[objects[i]] = objects[i+1]
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if o, ok := byPath[r.URL.Path]; ok {
+			fmt.Fprint(w, o)
+			return
+		}
 		if r.URL.Path != fmt.Sprintf("/api/v1/namespaces/%s/pods/%s", pod.Namespace, pod.Name) {
 			w.WriteHeader(http.StatusNotFound)
 			json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -236,5 +246,48 @@ func TestNoDevicesAnywhere(t *testing.T) {
 	}
 	if n := len(e.ports()); n != 0 {
 		t.Errorf("%d ports", n)
+	}
+}
+
+// A virt-launcher pod without the webhook: KubeVirt asked one unit per
+// network, the VMI has 4 vCPUs and multiqueue. Each network keeps its own
+// slot and gets 4 queue pairs sharing it; with 8 slots (the webhook's
+// request) each gets 4 slots of its own.
+func TestLauncherPodQueuesFromVMI(t *testing.T) {
+	nad := func(name, res string) (string, string) {
+		return "/apis/k8s.cni.cncf.io/v1/namespaces/ns1/network-attachment-definitions/" + name,
+			fmt.Sprintf(`{"apiVersion":"k8s.cni.cncf.io/v1","kind":"NetworkAttachmentDefinition","metadata":{"name":%q,"namespace":"ns1","annotations":{"k8s.v1.cni.cncf.io/resourceName":%q}},"spec":{"config":"{}"}}`, name, res)
+	}
+	p1, n1 := nad("vhu-a", DefaultResourceName)
+	p2, n2 := nad("vhu-b", DefaultResourceName)
+	p3, n3 := nad("br", "")
+	vmiPath := "/apis/kubevirt.io/v1/namespaces/ns1/virtualmachineinstances/vm1"
+	vmiJSON := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm1","namespace":"ns1"},"spec":{"domain":{"cpu":{"cores":4},"devices":{"networkInterfaceMultiqueue":true}}}}`
+	pod := launcherPod(map[string]string{"k8s.v1.cni.cncf.io/networks": "vhu-a,br,vhu-b"})
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "x"}}
+	kc, _ := apiServer(t, pod, p1, n1, p2, n2, p3, n3, vmiPath, vmiJSON)
+
+	for _, tc := range []struct {
+		slots      []string
+		net1, net2 string
+	}{
+		{[]string{"c0-s0", "c0-s1"}, "c0-s0", "c0-s1"},
+		{[]string{"c0-s0", "c0-s1", "c0-s2", "c0-s3", "c0-s4", "c0-s5", "c0-s6", "c0-s7"}, "c0-s0,c0-s1,c0-s2,c0-s3", "c0-s4,c0-s5,c0-s6,c0-s7"},
+	} {
+		e := &env{Node: agenttest.Start(t, "", 8), t: t}
+		e.allocate(tc.slots...)
+		base := e.conf(fmt.Sprintf(`,"kubeconfig":%q,"deviceID":%q`, kc, tc.slots[0]))
+		mustAdd(t, cmdArgs(cid, "net1", base))
+		second := []byte(strings.Replace(string(base), `"deviceID":"`+tc.slots[0]+`"`, `"deviceID":"`+tc.slots[1]+`"`, 1))
+		mustAdd(t, cmdArgs(cid, "net2", second))
+		for ifname, want := range map[string]string{"net1": tc.net1, "net2": tc.net2} {
+			p, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, ifname)})
+			if err != nil || p.Spec.QueuePairs != 4 || strings.Join(p.Spec.Slots, ",") != want || len(p.Status.Queues) != 4 {
+				t.Errorf("%d slots, %s: %v %v, want 4 pairs on %s", len(tc.slots), ifname, p, err, want)
+			}
+		}
+		if err := CmdCheck(cmdArgs(cid, "net2", second)); err != nil {
+			t.Errorf("CHECK: %v", err)
+		}
 	}
 }

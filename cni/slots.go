@@ -29,8 +29,11 @@ import (
 // the network's queuePairs, else N), interface k serves S[k*q : k*q+q].
 // One network takes the whole allocation by default; a pod with two
 // networks on 8 queue pairs says vhostmq.io/queues: "4" (the KubeVirt
-// webhook does) and gets S[0:4] and S[4:8]. An interface whose range
-// runs past N fails with an error that says so: never a smaller port.
+// webhook does) and gets S[0:4] and S[4:8]. When the plugin can count the
+// pod's vhostmq networks k (it reads the pod) and N < k*q, as when no
+// webhook raised KubeVirt's one unit per network, interface k keeps S[k]
+// alone and its q queue pairs share that slot's CPU. Otherwise an
+// interface whose range runs past N fails with an error that says so.
 
 // slotSet is the pod's allocation and this interface's index in it.
 type slotSet struct {
@@ -40,12 +43,19 @@ type slotSet struct {
 }
 
 // split returns the slots of interface s.index with q queue pairs each;
-// from names where q came from, for the error.
-func (s *slotSet) split(q uint32, from string) ([]string, error) {
+// from names where q came from, for the error. networks is the pod's
+// number of vhostmq networks, 0 if unknown.
+func (s *slotSet) split(q uint32, from string, networks int) ([]string, error) {
 	n := len(s.all)
 	start := s.index * int(q)
-	if start+int(q) <= n {
+	if start+int(q) <= n && (networks == 0 || networks*int(q) <= n) {
 		return s.all[start : start+int(q)], nil
+	}
+	if networks > 0 && n >= networks && s.index < n {
+		// Fewer slots than queue pairs (no webhook filled the request in:
+		// KubeVirt asks one per network): each network keeps its own slot
+		// and its q queue pairs share that slot's CPU.
+		return s.all[s.index : s.index+1], nil
 	}
 	if s.index == 0 {
 		return nil, types.NewError(ErrNoAllocation,

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/vhostmq/vhostmq/cni/kubevirt/podnet"
 	"github.com/vhostmq/vhostmq/cni/kubevirt/webhook"
 )
 
@@ -64,7 +65,7 @@ func run(log *slog.Logger, listen, certFile, keyFile, kubeconfig, resourceName s
 		return fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", &webhook.Handler{Rule: &webhook.Rule{ResourceName: resourceName, Lookup: &webhook.ClusterLookup{Client: dc}}, Log: log})
+	mux.Handle("/mutate", &webhook.Handler{Rule: &webhook.Rule{ResourceName: resourceName, Lookup: &podnet.ClusterLookup{Client: dc}}, Log: log})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}}

@@ -9,7 +9,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,71 +16,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/vhostmq/vhostmq/cni/kubevirt/podnet"
 	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
 )
 
 // Annotations the webhook reads.
 const (
-	AnnotationNetworks     = "k8s.v1.cni.cncf.io/networks"
-	AnnotationResourceName = "k8s.v1.cni.cncf.io/resourceName"
+	AnnotationNetworks     = podnet.AnnotationNetworks
+	AnnotationResourceName = podnet.AnnotationResourceName
 	AnnotationQueues       = vmi.AnnotationQueues
 	AnnotationSocketMode   = "vhostmq.io/socket-mode"
 	AnnotationPolling      = "vhostmq.io/polling"
 	// ComputeContainer is virt-launcher's container that runs QEMU.
 	ComputeContainer = "compute"
 )
-
-// Lookup reads the objects the rule needs from the API server.
-type Lookup interface {
-	// NADResourceName returns the k8s.v1.cni.cncf.io/resourceName
-	// annotation of a NetworkAttachmentDefinition; found is false if it
-	// does not exist.
-	NADResourceName(ctx context.Context, namespace, name string) (resourceName string, found bool, err error)
-	// VMI returns a VirtualMachineInstance as JSON.
-	VMI(ctx context.Context, namespace, name string) ([]byte, error)
-}
-
-// NetworkRef is one entry of the pod's k8s.v1.cni.cncf.io/networks.
-type NetworkRef struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace,omitempty"`
-	Interface string `json:"interface,omitempty"`
-}
-
-// ParseNetworks reads k8s.v1.cni.cncf.io/networks in either of Multus'
-// forms: a JSON list, or "name", "ns/name", "name@ifname" separated by
-// commas.
-func ParseNetworks(s, podNamespace string) ([]NetworkRef, error) {
-	s = strings.TrimSpace(s)
-	var refs []NetworkRef
-	if strings.HasPrefix(s, "[") {
-		if err := json.Unmarshal([]byte(s), &refs); err != nil {
-			return nil, fmt.Errorf("annotation %s: %v", AnnotationNetworks, err)
-		}
-	} else {
-		for _, e := range strings.Split(s, ",") {
-			e = strings.TrimSpace(e)
-			if e == "" {
-				continue
-			}
-			var r NetworkRef
-			r.Name, r.Interface, _ = strings.Cut(e, "@")
-			if ns, n, ok := strings.Cut(r.Name, "/"); ok {
-				r.Namespace, r.Name = ns, n
-			}
-			refs = append(refs, r)
-		}
-	}
-	for i := range refs {
-		if refs[i].Name == "" {
-			return nil, fmt.Errorf("annotation %s: entry %d has no network name", AnnotationNetworks, i)
-		}
-		if refs[i].Namespace == "" {
-			refs[i].Namespace = podNamespace
-		}
-	}
-	return refs, nil
-}
 
 // Decision is what the webhook does to one pod.
 type Decision struct {
@@ -105,7 +53,7 @@ type PatchOp struct {
 // deny the pod.
 type Rule struct {
 	ResourceName string
-	Lookup       Lookup
+	Lookup       podnet.Lookup
 }
 
 // Decide applies the rule to pod.
@@ -113,29 +61,15 @@ func (r *Rule) Decide(ctx context.Context, pod *corev1.Pod) (*Decision, error) {
 	if err := validateAnnotations(pod.Annotations); err != nil {
 		return nil, err
 	}
-	s, ok := pod.Annotations[AnnotationNetworks]
-	if !ok {
-		return nil, nil
-	}
-	refs, err := ParseNetworks(s, pod.Namespace)
+	k, err := podnet.CountNetworks(ctx, r.Lookup, pod, r.ResourceName)
 	if err != nil {
 		return nil, err
-	}
-	k := 0
-	for _, ref := range refs {
-		res, found, err := r.Lookup.NADResourceName(ctx, ref.Namespace, ref.Name)
-		if err != nil {
-			return nil, fmt.Errorf("reading NetworkAttachmentDefinition %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		if found && res == r.ResourceName {
-			k++
-		}
 	}
 	if k == 0 {
 		return nil, nil
 	}
 	d := &Decision{Networks: k}
-	if owner := launcherOf(pod); owner != "" {
+	if owner := podnet.LauncherOf(pod); owner != "" {
 		b, err := r.Lookup.VMI(ctx, pod.Namespace, owner)
 		if err != nil {
 			return nil, fmt.Errorf("reading VirtualMachineInstance %s/%s: %w", pod.Namespace, owner, err)
@@ -178,16 +112,6 @@ func validateAnnotations(a map[string]string) error {
 		return fmt.Errorf("annotation %s: %q is not interrupt, adaptive or busy", AnnotationPolling, s)
 	}
 	return nil
-}
-
-// launcherOf returns the VMI name owning a virt-launcher pod, or "".
-func launcherOf(pod *corev1.Pod) string {
-	for _, o := range pod.OwnerReferences {
-		if o.Kind == "VirtualMachineInstance" && strings.HasPrefix(o.APIVersion, "kubevirt.io/") {
-			return o.Name
-		}
-	}
-	return ""
 }
 
 // target is the container that asks for the queue pairs: virt-launcher's

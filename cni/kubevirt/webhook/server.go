@@ -14,10 +14,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 )
 
 // maxBody bounds an AdmissionReview (the API server sends at most ~3 MiB
@@ -85,37 +82,6 @@ func (h *Handler) admit(ctx context.Context, r *admissionv1.AdmissionRequest) *a
 	h.Log.Info("pod mutated", "namespace", pod.Namespace, "name", name, "networks", d.Networks, "queues", d.Queues,
 		"from", d.Reason, "container", d.Container, "request", d.Total)
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
-}
-
-// ClusterLookup reads NADs and VMIs with client-go's dynamic client.
-type ClusterLookup struct {
-	Client dynamic.Interface
-}
-
-var (
-	nadGVR = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
-	vmiGVR = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
-)
-
-// NADResourceName implements Lookup.
-func (l *ClusterLookup) NADResourceName(ctx context.Context, ns, name string) (string, bool, error) {
-	u, err := l.Client.Resource(nadGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return u.GetAnnotations()[AnnotationResourceName], true, nil
-}
-
-// VMI implements Lookup.
-func (l *ClusterLookup) VMI(ctx context.Context, ns, name string) ([]byte, error) {
-	u, err := l.Client.Resource(vmiGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return u.MarshalJSON()
 }
 
 // CertReloader serves the certificate in certFile/keyFile and picks up a

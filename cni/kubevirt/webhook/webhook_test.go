@@ -180,22 +180,6 @@ func TestDecideRejects(t *testing.T) {
 	}
 }
 
-func FuzzParseNetworks(f *testing.F) {
-	f.Add("vhu-net,ns/x@eth1")
-	f.Add(`[{"name":"a","namespace":"b","interface":"c"}]`)
-	f.Fuzz(func(t *testing.T, s string) {
-		refs, err := ParseNetworks(s, "pod-ns")
-		if err != nil {
-			return
-		}
-		for _, r := range refs {
-			if r.Name == "" || r.Namespace == "" {
-				t.Fatalf("accepted %q as %+v", s, refs)
-			}
-		}
-	})
-}
-
 // writeCert makes a self-signed serving certificate for 127.0.0.1.
 func writeCert(t *testing.T, dir, cn string) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
