@@ -1,0 +1,148 @@
+// Command vhostmq-install-cni puts the vhostmq CNI plugin on the node: it
+// copies the plugin binary into the host's CNI bin directory and writes
+// the kubeconfig the plugin reads pod annotations with, from the pod's
+// service account. With --watch it keeps the token fresh (service account
+// tokens are rotated), as Multus does for its own kubeconfig.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func main() {
+	src := flag.String("plugin", "/usr/local/bin/vhostmq-cni", "the plugin binary to install")
+	binDir := flag.String("cni-bin-dir", "/host/opt/cni/bin", "the host's CNI bin directory, as mounted")
+	confDir := flag.String("kubeconfig-dir", "/host/etc/cni/net.d/vhostmq.d", "where the plugin's kubeconfig goes, as mounted")
+	hostConfDir := flag.String("host-kubeconfig-dir", "/etc/cni/net.d/vhostmq.d", "the same directory as the host (the plugin) sees it")
+	watch := flag.Bool("watch", false, "keep running and refresh the token every --interval")
+	interval := flag.Duration("interval", time.Minute, "token refresh period with --watch")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := install(*src, *binDir); err != nil {
+		log.Error("installing the CNI plugin", "err", err)
+		os.Exit(1)
+	}
+	if err := writeKubeconfig(*confDir, *hostConfDir); err != nil {
+		log.Error("writing the CNI kubeconfig", "err", err)
+		os.Exit(1)
+	}
+	log.Info("CNI plugin installed", "binary", filepath.Join(*binDir, filepath.Base(*src)), "kubeconfig", filepath.Join(*hostConfDir, "vhostmq.kubeconfig"))
+	if !*watch {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	t := time.NewTicker(*interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := writeKubeconfig(*confDir, *hostConfDir); err != nil {
+				log.Error("refreshing the CNI kubeconfig", "err", err)
+			}
+		}
+	}
+}
+
+// writeAtomic replaces path with data (temp file, fsync, rename) unless
+// it already holds exactly data.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// install copies the binary: a running ADD keeps the old inode.
+func install(src, binDir string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(binDir, filepath.Base(src)), b, 0o755)
+}
+
+func writeKubeconfig(dir, hostDir string) error {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return fmt.Errorf("KUBERNETES_SERVICE_HOST/PORT not set: not running in a pod")
+	}
+	token, err := os.ReadFile(filepath.Join(saDir, "token"))
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(filepath.Join(saDir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(dir, "token"), token, 0o600); err != nil {
+		return err
+	}
+	kc := fmt.Sprintf(`# written by vhostmq-install-cni; the token is refreshed
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://%s
+    certificate-authority: %s/ca.crt
+users:
+- name: vhostmq-cni
+  user:
+    tokenFile: %s/token
+contexts:
+- name: vhostmq-cni
+  context: {cluster: local, user: vhostmq-cni}
+current-context: vhostmq-cni
+`, net.JoinHostPort(host, port), hostDir, hostDir)
+	return writeAtomic(filepath.Join(dir, "vhostmq.kubeconfig"), []byte(kc), 0o600)
+}
