@@ -422,3 +422,56 @@ func TestPortIDValid(t *testing.T) {
 		t.Errorf("port ID %q", id)
 	}
 }
+
+// IPAM is delegated to a real IPAM plugin (Debian's host-local, CNI ≤
+// 1.0.0): its own fields pass through, the address lands in the result,
+// DEL releases it, and a failed ADD releases it too.
+func TestIPAMDelegation(t *testing.T) {
+	const cniPath = "/usr/lib/cni"
+	if _, err := os.Stat(filepath.Join(cniPath, "host-local")); err != nil {
+		t.Skip("host-local not installed (hack/install-deps.sh installs containernetworking-plugins)")
+	}
+	t.Setenv("CNI_PATH", cniPath)
+	e := newEnv(t)
+	e.allocate("c0-s0")
+	leases := filepath.Join(e.Dir, "leases")
+	conf := e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","ipam":{"type":"host-local","subnet":"192.0.2.0/28","dataDir":%q},"runtimeConfig":{"portMappings":[]}`, leases))
+	args := cmdArgs(cid, "net1", conf)
+	t.Setenv("CNI_CONTAINERID", args.ContainerID)
+	t.Setenv("CNI_IFNAME", args.IfName)
+	t.Setenv("CNI_NETNS", args.Netns)
+	t.Setenv("CNI_ARGS", args.Args)
+	res := mustAdd(t, args)
+	if len(res.IPs) != 1 || res.IPs[0].Address.String() != "192.0.2.2/28" || res.IPs[0].Interface == nil || *res.IPs[0].Interface != 0 {
+		t.Fatalf("result IPs %v", res.IPs)
+	}
+	held := func() int {
+		ents, _ := os.ReadDir(filepath.Join(leases, "vhu-net"))
+		n := 0
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "192.0.2.") {
+				n++
+			}
+		}
+		return n
+	}
+	if held() != 1 {
+		t.Errorf("%d leases after ADD", held())
+	}
+	if err := CmdDel(args); err != nil {
+		t.Fatal(err)
+	}
+	if held() != 0 || len(e.ports()) != 0 {
+		t.Errorf("after DEL: %d leases, %d ports", held(), len(e.ports()))
+	}
+	// A later step fails (device-info unwritable): the address is released.
+	blocker := filepath.Join(e.Dir, "blocker")
+	os.WriteFile(blocker, nil, 0o644)
+	bad := []byte(strings.Replace(string(conf), `"runtimeConfig":{"portMappings":[]}`, fmt.Sprintf(`"runtimeConfig":{"CNIDeviceInfoFile":%q}`, filepath.Join(blocker, "x")), 1))
+	if err := CmdAdd(cmdArgs(cid, "net1", bad)); cniErr(t, err).Code != types.ErrIOFailure {
+		t.Errorf("ADD: %v", err)
+	}
+	if held() != 0 || len(e.ports()) != 0 {
+		t.Errorf("after a failed ADD: %d leases, %d ports", held(), len(e.ports()))
+	}
+}

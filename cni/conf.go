@@ -6,11 +6,12 @@
 package cni
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -125,20 +126,16 @@ func loadConf(data []byte) (*NetConf, error) {
 	if err := json.Unmarshal(data, &keys); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+err.Error(), "")
 	}
-	for k := range keys {
+	// Only top-level keys are checked: ipam belongs to the IPAM plugin and
+	// runtimeConfig carries capability arguments for other plugins.
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if !knownFields[k] {
 			return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unknown field %q", k), "")
 		}
 	}
 	n := &NetConf{}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(n); err != nil {
-		msg := err.Error()
-		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return nil, types.NewError(types.ErrUnsupportedField, "unknown field "+f, "")
-		}
-		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+msg, "")
+	if err := json.Unmarshal(data, n); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "failed to load netconf: "+err.Error(), "")
 	}
 	var err error
 	if err = version.ParsePrevResult(&n.PluginConf); err != nil {

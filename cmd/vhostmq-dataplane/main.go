@@ -58,8 +58,18 @@ func run(path string) error {
 			return fmt.Errorf("ports[%d]: %w", i, err)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Signals stay caught until the process exits: a second SIGTERM (the
+	// timeout command sends two) must not kill it halfway through closing
+	// the ports and saving state.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		s := <-sigc
+		log.Info("shutting down", "signal", s.String())
+		cancel()
+	}()
 	errc := make(chan error, 2)
 	go func() { errc <- ag.Serve(ctx) }()
 	if cfg.MetricsAddress != "" {
