@@ -1,0 +1,625 @@
+#!/usr/bin/env bash
+# End-to-end test of the KubeVirt binding sidecar without KubeVirt: the
+# domain the sidecar produces is defined and started for real by libvirtd
+# (qemu:///system, Debian's libvirt 9.0 + QEMU 7.2, TCG), its guest gets 4
+# queue pairs on the vhostmq dataplane and pings a peer through it.
+#
+#   1. the dataplane (bin built from this tree) with two ports: "fast",
+#      role client (QEMU is the vhost-user server, KubeVirt's default mode;
+#      the dataplane dials QEMU's socket), 4 queue pairs; and "peer", role
+#      server, 4 queue pairs, where a plain QEMU guest (1 vCPU, as in
+#      e2e-qemu.sh) dials in and serves ping and iperf3 at 10.0.0.2
+#   2. the sidecar vhostmq-kubevirt-binding with --hooks-dir and
+#      --network-info, a network-info file as KubeVirt's downward API
+#      writes it (vhost-user device-info: mode server, the socket path)
+#   3. OnDefineDomain over the sidecar's gRPC socket (hack/kubevirt/hookcall),
+#      twice, as virt-launcher does (nichotplug.go WithNetworkIfacesResources):
+#        pass 1: KubeVirt v1.7.0's real domain XML with its 4 placeholder
+#                NICs (cni/kubevirt/binding/testdata/domain-kubevirt-v1.7.0.xml)
+#                -> virsh define -> dumpxml --inactive
+#        pass 2: that domain's devices from libvirt, the placeholder NICs
+#                dropped (KubeVirt puts back its own interface list: none for
+#                a VMI whose only NIC is bound to vhostmq) -> OnDefineDomain
+#                again; a third call on its output must change nothing
+#      The VMI is hack/kubevirt/testdata/vmi.json: 4 vCPUs,
+#      networkInterfaceMultiqueue, interface "fast" bound to "vhostmq".
+#      Adapted in KubeVirt's XML, because they must be to boot here: the
+#      kernel/initrd paths (a copy of the test guest, hack/guest/build.sh),
+#      the kernel command line (the guest's vmq.* keys), the kubevirt-private
+#      serial and VNC socket directory (-> the work dir), a unique domain
+#      name and UUID per run (VMI uid and sysinfo uuid). Nothing else.
+#   4. virt-xml-validate on the sidecar's input and output (as the sidecar's
+#      Go test does: KubeVirt's XML does not validate because of its empty
+#      <sysinfo> children; the output must fail in exactly the same way, and
+#      validate with <sysinfo> removed). Then the ONLY test-bed addition to
+#      the sidecar's output: <qemu:override> vectors=0 on alias ua-fast
+#      (QEMU 7.2 under TCG crashes with MSI-X on vhost-user; not needed with
+#      newer QEMU). virsh define + start.
+#   5. checks: QEMU's command line has the vhost-user netdev with queues=4;
+#      the dataplane port is connected with 4 queue pairs enabled
+#      (vhostmqctl port show / queues); the guest sees 4 rx + 4 tx queues,
+#      pings the peer, runs iperf3 both ways; per-queue dataplane counters
+#   6. destroy + undefine; the dataplane sees QEMU go away; the sidecar and
+#      the dataplane exit 0 on SIGTERM; everything stopped and removed.
+#
+# Usage: hack/e2e-kubevirt-libvirt.sh [--keep DIR] [--no-override]
+#   --keep DIR     work dir (logs, XML of every step, configs); kept. Default:
+#                  a new /var/tmp/vhostmq-e2e-kvlv.XXXXXX, removed at exit
+#                  (/var/tmp, not /tmp: QEMU runs as libvirt-qemu and must
+#                  reach the kernel, the sockets and the serial log)
+#   --no-override  start the sidecar's output exactly as returned (QEMU
+#                  versions without the MSI-X bug; QEMU 7.2 + TCG crashes)
+# Prints ok/FAIL lines, timings (define -> guest ping) and "N passed, N failed";
+# exits non-zero if anything failed.
+#
+# Needs root and Go. Installs with apt-get what is missing: libvirt-daemon-system
+# libvirt-clients libxml2-utils qemu-system-x86 (and jq, python3, the guest
+# image tools); the guest kernel comes from hack/install-deps.sh.
+# libvirtd and virtlogd are started (foreground, under timeout) only if none
+# is running, and then stopped by PID; what that libvirtd leaves (its empty
+# /sys/fs/cgroup/*/machine cgroups, /run/libvirt) is removed if it was not
+# there before. The domain is destroyed and undefined, its libvirt log
+# (/var/log/libvirt/qemu/NAME.log) moved into the work dir. Every other
+# process is started and stopped by PID (hack/lib.sh), bounded by a timeout.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=e2e-kubevirt-libvirt
+
+WORK="" KEEP=0 OVERRIDE=1
+while (($#)); do
+    case $1 in
+        --keep) WORK=$2; KEEP=1; shift 2 ;;
+        --no-override) OVERRIDE=0; shift ;;
+        -h | --help) vmq_usage "$0"; exit 0 ;;
+        *) vmq_die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+vmq_need_root
+
+QUEUES=4
+BUDGET=600                      # bound on every background process (s)
+KV_DOMAIN=$VMQ_REPO_ROOT/cni/kubevirt/binding/testdata/domain-kubevirt-v1.7.0.xml
+KV_VMI=$HERE/kubevirt/testdata/vmi.json
+MAC_FAST=02:76:6d:71:00:01
+MAC_PEER=02:76:6d:71:00:02
+NAME=default_vhuvmi-$$          # KubeVirt names domains <namespace>_<vmi>
+UUID=$(cat /proc/sys/kernel/random/uuid)
+export LIBVIRT_DEFAULT_URI=qemu:///system
+
+# ------------------------------------------------------------------ ok/FAIL
+passed=0 failed=0 FAILS=() SUMMARY_DONE=0
+pass() { printf 'ok   %s\n' "$*"; passed=$((passed + 1)); }
+fail() { printf 'FAIL %s\n' "$*"; failed=$((failed + 1)); FAILS+=("$*"); }
+abort() { fail "$*"; exit 1; } # the EXIT trap tears down and prints the summary
+summary() {
+    ((SUMMARY_DONE)) && return 0
+    SUMMARY_DONE=1
+    echo "$passed passed, $failed failed"
+}
+
+# ------------------------------------------------------------------ teardown
+DEFINED=0 QEMU_PID="" LIBVIRTD_PID="" VIRTLOGD_PID="" LV_BEFORE=""
+SIDECAR_PID="" DP_PID=""
+qlog() { echo "/var/log/libvirt/qemu/$NAME.log"; }
+domain_gone() { ! timeout 30 virsh -q dominfo "$NAME" >/dev/null 2>&1; }
+teardown_domain() {
+    ((DEFINED)) || return 0
+    timeout 60 virsh -q destroy "$NAME" >/dev/null 2>&1 || true
+    timeout 60 virsh -q undefine "$NAME" >/dev/null 2>&1 || true
+    if [[ -n $QEMU_PID ]] && vmq_alive "$QEMU_PID" && [[ $(cat "/proc/$QEMU_PID/comm" 2>/dev/null) == qemu-system-x86 ]]; then
+        vmq_log "QEMU pid $QEMU_PID outlived virsh destroy; SIGKILL"
+        kill -KILL "$QEMU_PID" 2>/dev/null || true
+    fi
+    if [[ -f $(qlog) ]]; then
+        [[ -d $WORK ]] && cp "$(qlog)" "$WORK/libvirt-qemu.log" 2>/dev/null
+        rm -f "$(qlog)"
+    fi
+    DEFINED=0
+}
+on_exit() {
+    local rc=$?
+    set +e
+    teardown_domain
+    vmq_cleanup # every PID we started, newest first; then the work dir
+    # what our libvirtd left: its "machine" cgroups (no systemd here) and
+    # /run/libvirt, if they were not there before and no libvirtd runs now
+    if [[ -n $LIBVIRTD_PID ]] && ! pgrep -x libvirtd >/dev/null && ! pgrep -x virtlogd >/dev/null; then
+        local d
+        for d in /sys/fs/cgroup/machine /sys/fs/cgroup/*/machine /run/libvirt; do
+            [[ -d $d && $'\n'$LV_BEFORE$'\n' != *$'\n'$d$'\n'* ]] || continue
+            if [[ $d == /run/libvirt ]]; then rm -rf /run/libvirt; else rmdir "$d" 2>/dev/null; fi
+        done
+    fi
+    if ((!SUMMARY_DONE)); then
+        ((rc != 0 && failed == 0)) && fail "aborted (exit status $rc; see the log above)"
+        summary
+    fi
+    ((KEEP)) && echo "work dir: $WORK"
+    ((rc == 0 && failed > 0)) && rc=1
+    exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+T_START=$(vmq_now)
+if [[ -z $WORK ]]; then
+    WORK=$(mktemp -d /var/tmp/vhostmq-e2e-kvlv.XXXXXX)
+    vmq_track_path "$WORK"
+else
+    mkdir -p "$WORK"
+    WORK=$(cd "$WORK" && pwd)
+fi
+# QEMU runs as libvirt-qemu: it must traverse WORK and create its sockets
+# (vhost-user server, serial, VNC) in RUN
+RUN=$WORK/run
+mkdir -p "$RUN" "$WORK/bin" "$WORK/guest" "$WORK/hooks" "$WORK/peer" "$WORK/xml"
+chmod 0755 "$WORK" "$WORK/guest"
+chmod 0777 "$RUN"
+SOCK=$RUN/fast.sock
+((${#SOCK} < 100)) || vmq_die "socket path too long for AF_UNIX: $SOCK"
+
+# ------------------------------------------------------------------ dependencies
+installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
+MISSING=()
+for p in libvirt-daemon-system libvirt-clients libxml2-utils qemu-system-x86 jq python3 busybox-static iperf3 ethtool cpio; do
+    installed "$p" || MISSING+=("$p")
+done
+if ((${#MISSING[@]})); then
+    vmq_log "apt-get install ${MISSING[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! timeout 900 apt-get install -y -q --no-install-recommends "${MISSING[@]}" >"$WORK/apt.log" 2>&1; then
+        timeout 600 apt-get update -q >>"$WORK/apt.log" 2>&1 || true
+        timeout 900 apt-get install -y -q --no-install-recommends "${MISSING[@]}" >>"$WORK/apt.log" 2>&1 ||
+            { tail -n 20 "$WORK/apt.log" >&2; vmq_die "apt-get install ${MISSING[*]} failed"; }
+    fi
+fi
+for c in libvirtd virtlogd virsh virt-xml-validate xmllint qemu-system-x86_64 jq go; do
+    command -v "$c" >/dev/null || vmq_die "$c not found"
+done
+if [[ ! -f $VMQ_KERNEL_DIR/KERNEL_VERSION ]] && ! compgen -G '/boot/vmlinuz-*' >/dev/null; then
+    vmq_log "no guest kernel in $VMQ_KERNEL_DIR: running hack/install-deps.sh"
+    "$HERE/install-deps.sh" >&2 || vmq_die "hack/install-deps.sh failed"
+fi
+T_DEPS=$(vmq_now)
+
+# ------------------------------------------------------------------ binaries and guest
+vmq_log "building the dataplane, vhostmqctl, the sidecar and hookcall into $WORK/bin"
+(cd "$VMQ_REPO_ROOT" && CGO_ENABLED=0 timeout 900 go build -trimpath -o "$WORK/bin/" ./cmd/vhostmq-dataplane \
+    ./cmd/vhostmqctl ./cmd/vhostmq-kubevirt-binding ./hack/kubevirt/hookcall) >"$WORK/build.log" 2>&1 ||
+    { cat "$WORK/build.log" >&2; abort "go build of the dataplane, vhostmqctl, the sidecar and hookcall"; }
+BIN=$WORK/bin
+vmq_build_guest
+vmq_guest_env
+# the domain boots a copy: libvirt relabels (chowns) kernel and initrd while it runs
+cp "$GUEST_KERNEL" "$WORK/guest/kernel"
+cp "$GUEST_INITRD" "$WORK/guest/initramfs.cpio.gz"
+chmod 0644 "$WORK/guest/kernel" "$WORK/guest/initramfs.cpio.gz"
+T_BUILD=$(vmq_now)
+
+# ------------------------------------------------------------------ libvirtd + virtlogd
+LV_BEFORE=$(compgen -G '/sys/fs/cgroup/machine' || true; compgen -G '/sys/fs/cgroup/*/machine' || true; compgen -G /run/libvirt || true)
+if timeout 20 virsh -q version >/dev/null 2>&1; then
+    vmq_log "using the libvirtd that is running"
+elif pgrep -x libvirtd >/dev/null; then
+    abort "a libvirtd is running but $LIBVIRT_DEFAULT_URI does not answer"
+else
+    mkdir -p /run/libvirt
+    if ! pgrep -x virtlogd >/dev/null; then
+        vmq_bg "$WORK/virtlogd.log" "$BUDGET" virtlogd
+        VIRTLOGD_PID=$VMQ_BG_PID
+    fi
+    vmq_bg "$WORK/libvirtd.log" "$BUDGET" libvirtd
+    LIBVIRTD_PID=$VMQ_BG_PID
+    for ((i = 0; i < 600; i++)); do
+        timeout 10 virsh -q version >/dev/null 2>&1 && break
+        vmq_alive "$LIBVIRTD_PID" || break
+        sleep 0.1
+    done
+    timeout 10 virsh -q version >/dev/null 2>&1 ||
+        { tail -n 20 "$WORK/libvirtd.log" >&2; abort "libvirtd did not come up (log $WORK/libvirtd.log)"; }
+    vmq_log "started libvirtd (pid $LIBVIRTD_PID)${VIRTLOGD_PID:+ and virtlogd (pid $VIRTLOGD_PID)}"
+fi
+LV_VERSION=$(timeout 20 virsh version 2>/dev/null | awk '/Using library/ { l = $NF } /Running hypervisor/ { h = $NF } END { print "libvirt " l ", QEMU " h }')
+T_LIBVIRT=$(vmq_now)
+
+# ------------------------------------------------------------------ dataplane + peer guest
+# socketRoot is RUN: the dataplane sets a port's socket directory to 0750
+# root:root unless it is the (pre-existing) socketRoot, and QEMU, running as
+# libvirt-qemu, must create its server socket in it. The peer's socket has a
+# directory of its own (its QEMU runs as root).
+cat >"$WORK/dataplane.yaml" <<EOF
+cpus: [$(vmq_default_cpus)]
+statsFile: $WORK/stats.json
+apiSocket: $WORK/api.sock
+stateDir: $WORK/state
+socketRoot: $RUN
+logLevel: info
+ports:
+  - name: fast
+    socket: $SOCK
+    role: client
+    queuePairs: $QUEUES
+    mtu: 1500
+    mac: "$MAC_FAST"
+  - name: peer
+    socket: $WORK/peer/peer.sock
+    role: server
+    queuePairs: $QUEUES
+    mtu: 1500
+    mac: "$MAC_PEER"
+EOF
+vmq_bg "$WORK/dataplane.log" "$BUDGET" "$BIN/vhostmq-dataplane" --config "$WORK/dataplane.yaml"
+DP_PID=$VMQ_BG_PID
+if ! vmq_wait_path "$WORK/peer/peer.sock" 30 "$DP_PID" || ! vmq_wait_path "$WORK/api.sock" 30 "$DP_PID"; then
+    tail -n 20 "$WORK/dataplane.log" >&2
+    abort "the dataplane did not start (log $WORK/dataplane.log)"
+fi
+ctl() { timeout 20 "$BIN/vhostmqctl" --socket "$WORK/api.sock" "$@"; }
+
+vmq_guest_start peer "$WORK/peer/peer.sock" connect "$MAC_PEER" "$QUEUES" "$BUDGET" "$WORK" \
+    vmq.ip=10.0.0.2/24 vmq.role=server "vmq.duration=$((BUDGET - 30))"
+
+# ------------------------------------------------------------------ sidecar
+printf '{"interfaces":[{"network":"fast","deviceInfo":{"type":"vhost-user","version":"1.1.0","vhost-user":{"mode":"server","path":"%s"}},"mac":"%s","mtu":1500}]}\n' \
+    "$SOCK" "$MAC_FAST" >"$WORK/network-info"
+HOOK_SOCK=$WORK/hooks/vhostmq-binding.sock
+vmq_bg "$WORK/sidecar.log" "$BUDGET" env NETWORK_BINDING_PLUGIN_NAME=vhostmq "$BIN/vhostmq-kubevirt-binding" \
+    --hooks-dir "$WORK/hooks" --network-info "$WORK/network-info"
+SIDECAR_PID=$VMQ_BG_PID
+vmq_wait_path "$HOOK_SOCK" 30 "$SIDECAR_PID" ||
+    { cat "$WORK/sidecar.log" >&2; abort "the sidecar did not create $HOOK_SOCK"; }
+
+# ------------------------------------------------------------------ XML helpers
+# xmltool.py CMD ...: edits of KubeVirt's XML that are not the sidecar's
+cat >"$WORK/xmltool.py" <<'PY'
+import re, sys
+import xml.etree.ElementTree as ET
+
+def rd(p): return open(p).read()
+def wr(p, s): open(p, "w").write(s)
+
+def sub1(s, pat, repl, what, flags=0):
+    out, n = re.subn(pat, lambda m: repl, s, flags=flags)
+    if n == 0:
+        sys.exit("adapt: %s not found" % what)
+    return out
+
+cmd = sys.argv[1]
+if cmd == "adapt":   # IN OUT NAME UUID KERNEL INITRD CMDLINE PRIVATE_DIR
+    _, _, src, dst, name, uuid, kernel, initrd, cmdline, private = sys.argv
+    s = rd(src)
+    s = sub1(s, r"<name>[^<]*</name>", "<name>%s</name>" % name, "<name>")
+    s = sub1(s, r'<entry name="uuid">[^<]*</entry>', '<entry name="uuid">%s</entry>' % uuid, "sysinfo uuid")
+    s = sub1(s, r"<kernel>[^<]*</kernel>", "<kernel>%s</kernel>" % kernel, "<kernel>")
+    s = sub1(s, r"<initrd>[^<]*</initrd>", "<initrd>%s</initrd>" % initrd, "<initrd>")
+    s = sub1(s, r"<cmdline>[^<]*</cmdline>", "<cmdline>%s</cmdline>" % cmdline, "<cmdline>")
+    s = sub1(s, r"/var/run/kubevirt-private/[^/\"']+/", private.rstrip("/") + "/", "kubevirt-private paths")
+    wr(dst, s)
+elif cmd == "pass2":  # KUBEVIRT_IN LIBVIRT_INACTIVE OUT: virt-launcher's second define
+    _, _, kv, lv, dst = sys.argv
+    dev = ET.parse(lv).getroot().find("devices")
+    for i in dev.findall("interface"):  # KubeVirt's own interface list: none here
+        dev.remove(i)
+    new = ET.tostring(dev, encoding="unicode").strip()
+    wr(dst, sub1(rd(kv), r"<devices>.*</devices>", new, "<devices>", re.S))
+elif cmd == "override":  # IN OUT ALIAS: QEMU 7.2 + TCG test-bed only
+    _, _, src, dst, alias = sys.argv
+    s = rd(src)
+    head = s.split(">", 1)[0]
+    if "xmlns:qemu=" not in head:
+        s = sub1(s, r"<domain\b", '<domain xmlns:qemu="http://libvirt.org/schemas/domain/qemu/1.0"', "<domain")
+    ov = ('  <qemu:override>\n    <qemu:device alias="%s">\n      <qemu:frontend>\n'
+          '        <qemu:property name="vectors" type="unsigned" value="0"/>\n'
+          '      </qemu:frontend>\n    </qemu:device>\n  </qemu:override>\n') % alias
+    i = s.rindex("</domain>")
+    wr(dst, s[:i] + ov + s[i:])
+elif cmd == "nosysinfo":  # IN OUT: without KubeVirt's <sysinfo> (empty children the schema refuses)
+    _, _, src, dst = sys.argv
+    wr(dst, sub1(rd(src), r"\s*<sysinfo\b.*?</sysinfo>", "", "<sysinfo>", re.S))
+else:
+    sys.exit("unknown command " + cmd)
+PY
+xt() { "$VMQ_PY" "$WORK/xmltool.py" "$@"; }
+xp() { xmllint --xpath "$1" "$2" 2>/dev/null || true; } # xp XPATH FILE
+# validate FILE: "validates" or the errors, file name and line numbers removed
+validate() {
+    local out
+    if out=$(timeout 60 virt-xml-validate "$1" domain 2>&1); then echo validates; return; fi
+    sed -e "s|$1|DOMAIN|g" -e 's/DOMAIN:[0-9]*:/DOMAIN:/g' <<<"$out"
+}
+# hookcall N IN OUT: OnDefineDomain over the sidecar's socket
+hookcall() {
+    "$BIN/hookcall" --socket "$HOOK_SOCK" --domain "$2" --vmi "$WORK/vmi.json" >"$3" 2>"$WORK/xml/hookcall-$1.log"
+}
+# check_nic OUT: the vhost-user NIC the sidecar must have produced
+check_nic() {
+    local f=$1 iface='//devices/interface[@type="vhostuser"]' bad=()
+    [[ $(xp "count($iface)" "$f") == 1 ]] || bad+=("vhostuser interfaces=$(xp "count($iface)" "$f")")
+    [[ $(xp "string($iface/source/@type)" "$f") == unix ]] || bad+=("source type")
+    [[ $(xp "string($iface/source/@path)" "$f") == "$SOCK" ]] || bad+=("source path=$(xp "string($iface/source/@path)" "$f")")
+    [[ $(xp "string($iface/source/@mode)" "$f") == server ]] || bad+=("source mode=$(xp "string($iface/source/@mode)" "$f")")
+    [[ $(xp "string($iface/driver/@queues)" "$f") == "$QUEUES" ]] || bad+=("queues=$(xp "string($iface/driver/@queues)" "$f")")
+    [[ $(xp "string($iface/driver/@rx_queue_size)" "$f")/$(xp "string($iface/driver/@tx_queue_size)" "$f") == 1024/1024 ]] || bad+=("queue sizes")
+    [[ $(xp "string($iface/model/@type)" "$f") == virtio-non-transitional ]] || bad+=("model=$(xp "string($iface/model/@type)" "$f")")
+    [[ $(xp "string($iface/alias/@name)" "$f") == ua-fast ]] || bad+=("alias=$(xp "string($iface/alias/@name)" "$f")")
+    [[ $(xp "string($iface/mac/@address)" "$f") == "$MAC_FAST" ]] || bad+=("mac=$(xp "string($iface/mac/@address)" "$f")")
+    [[ $(xp 'string(//memoryBacking/source/@type)' "$f")/$(xp 'string(//memoryBacking/access/@mode)' "$f") == memfd/shared ]] || bad+=("memoryBacking")
+    NIC_BAD=${bad[*]}
+    [[ -z $NIC_BAD ]]
+}
+# compare_validation STEP IN OUT: the sidecar must not change the schema result
+compare_validation() {
+    local vin vout first
+    vin=$(validate "$2") vout=$(validate "$3")
+    printf '%s\n' "$vin" >"$WORK/xml/validate-$1-in.txt"
+    printf '%s\n' "$vout" >"$WORK/xml/validate-$1-out.txt"
+    first=$(grep -m1 -o 'Extra element [a-zA-Z]* in interleave' <<<"$vin" || echo "${vin%%$'\n'*}")
+    if [[ $vin == "$vout" ]]; then
+        if [[ $vin == validates ]]; then
+            pass "virt-xml-validate $1: the sidecar's input and output both validate"
+        else
+            pass "virt-xml-validate $1: input fails ($(grep -c 'validity error' <<<"$vin") errors: $first, KubeVirt's empty <sysinfo> children); the sidecar's output fails with exactly the same errors"
+        fi
+    elif [[ $vout == validates ]]; then
+        pass "virt-xml-validate $1: input fails ($first), the sidecar's output validates"
+    else
+        fail "virt-xml-validate $1: the sidecar changed the result: input: $(tr '\n' ' ' <<<"$vin"); output: $(tr '\n' ' ' <<<"$vout")"
+    fi
+    xt nosysinfo "$3" "$3.nosysinfo"
+    vout=$(validate "$3.nosysinfo")
+    if [[ $vout == validates ]]; then
+        pass "virt-xml-validate $1: the sidecar's output with <sysinfo> removed validates"
+    else
+        fail "virt-xml-validate $1: the sidecar's output with <sysinfo> removed does not validate: $(tr '\n' ' ' <<<"$vout")"
+    fi
+}
+
+# ------------------------------------------------------------------ inputs
+jq --arg uid "$UUID" --arg name "${NAME#default_}" '.metadata.uid = $uid | .metadata.name = $name' "$KV_VMI" >"$WORK/vmi.json"
+CMDLINE="console=ttyS0 panic=-1 loglevel=4 vmq.name=kubevirt vmq.ip=10.0.0.1/24 vmq.peer=10.0.0.2 vmq.queues=$QUEUES"
+CMDLINE+=" vmq.role=client,idle vmq.pings=5 vmq.streams=16 vmq.time=3 vmq.duration=$((BUDGET - 30))"
+xt adapt "$KV_DOMAIN" "$WORK/xml/pass1-in.xml" "$NAME" "$UUID" "$WORK/guest/kernel" "$WORK/guest/initramfs.cpio.gz" "$CMDLINE" "$RUN" ||
+    abort "adapting $KV_DOMAIN"
+
+# ------------------------------------------------------------------ pass 1: placeholder domain
+T_HOOK1=$(vmq_now)
+hookcall 1 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-out.xml" ||
+    abort "OnDefineDomain pass 1 (KubeVirt's domain with placeholder NICs): $(grep -v '^hookcall: Info:' "$WORK/xml/hookcall-1.log" | tr '\n' ' ')"
+T_HOOK1_DONE=$(vmq_now)
+nph=$(xp 'count(//devices/interface[starts-with(target/@dev,"placeholder-")])' "$WORK/xml/pass1-out.xml")
+if check_nic "$WORK/xml/pass1-out.xml" && [[ $nph == 4 ]]; then
+    pass "OnDefineDomain pass 1 over $(basename "$HOOK_SOCK") ($(vmq_elapsed "$T_HOOK1" "$T_HOOK1_DONE") s): vhost-user NIC ua-fast, QEMU socket server $SOCK, queues=$QUEUES, rx/tx 1024, mac $MAC_FAST, memfd shared memory; KubeVirt's 4 placeholder NICs kept"
+else
+    fail "OnDefineDomain pass 1: ${NIC_BAD:-} placeholders=$nph (output $WORK/xml/pass1-out.xml)"
+fi
+compare_validation pass1 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-out.xml"
+
+if timeout 60 virsh -q define "$WORK/xml/pass1-out.xml" >"$WORK/xml/define-1.log" 2>&1; then
+    DEFINED=1
+    pass "virsh define of pass 1's domain (as virt-launcher's first define, to reserve PCI controllers)"
+else
+    abort "virsh define of pass 1's domain: $(tr '\n' ' ' <"$WORK/xml/define-1.log")"
+fi
+timeout 60 virsh dumpxml --inactive "$NAME" >"$WORK/xml/pass1-defined.xml" || abort "virsh dumpxml --inactive $NAME"
+
+# ------------------------------------------------------------------ pass 2: the domain virt-launcher starts
+xt pass2 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-defined.xml" "$WORK/xml/pass2-in.xml" || abort "building pass 2's input"
+T_HOOK2=$(vmq_now)
+hookcall 2 "$WORK/xml/pass2-in.xml" "$WORK/xml/pass2-out.xml" ||
+    abort "OnDefineDomain pass 2 (devices from libvirt, placeholders dropped): $(grep -v '^hookcall: Info:' "$WORK/xml/hookcall-2.log" | tr '\n' ' ')"
+T_HOOK2_DONE=$(vmq_now)
+nif=$(xp 'count(//devices/interface)' "$WORK/xml/pass2-out.xml")
+if check_nic "$WORK/xml/pass2-out.xml" && [[ $nif == 1 ]]; then
+    pass "OnDefineDomain pass 2 ($(vmq_elapsed "$T_HOOK2" "$T_HOOK2_DONE") s): the vhost-user NIC is back (virt-launcher dropped it with the placeholders), the only interface"
+else
+    fail "OnDefineDomain pass 2: ${NIC_BAD:-} interfaces=$nif (output $WORK/xml/pass2-out.xml)"
+fi
+compare_validation pass2 "$WORK/xml/pass2-in.xml" "$WORK/xml/pass2-out.xml"
+if hookcall 3 "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml" && cmp -s "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml"; then
+    pass "OnDefineDomain on its own output changes nothing (idempotent)"
+else
+    fail "OnDefineDomain on its own output: $(diff "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml" | head -n 5 | tr '\n' ' ') $(tr '\n' ' ' <"$WORK/xml/hookcall-3.log")"
+fi
+
+# ------------------------------------------------------------------ the test-bed override, define, start
+if ((OVERRIDE)); then
+    xt override "$WORK/xml/pass2-out.xml" "$WORK/xml/domain.xml" ua-fast || abort "adding <qemu:override>"
+    echo "note: test bed only: <qemu:override> vectors=0 on alias ua-fast added to the sidecar's output (QEMU 7.2 under TCG crashes with MSI-X on vhost-user); nothing else changed"
+    xt nosysinfo "$WORK/xml/domain.xml" "$WORK/xml/domain.xml.nosysinfo"
+    if [[ $(validate "$WORK/xml/domain.xml.nosysinfo") == validates ]]; then
+        pass "the test-bed <qemu:override> (vectors=0 on ua-fast) is schema-valid (domain with <sysinfo> removed validates)"
+    else
+        fail "the domain with <qemu:override> does not validate: $(validate "$WORK/xml/domain.xml.nosysinfo" | tr '\n' ' ')"
+    fi
+else
+    cp "$WORK/xml/pass2-out.xml" "$WORK/xml/domain.xml"
+    echo "note: --no-override: the sidecar's output is defined exactly as returned"
+fi
+
+T_DEFINE=$(vmq_now)
+timeout 60 virsh -q define "$WORK/xml/domain.xml" >"$WORK/xml/define-2.log" 2>&1 ||
+    abort "virsh define of the sidecar's domain: $(tr '\n' ' ' <"$WORK/xml/define-2.log")"
+# QEMU waits (server=on) for the dataplane to connect before the guest runs
+if ! timeout 120 virsh -q start "$NAME" >"$WORK/xml/start.log" 2>&1; then
+    tail -n 5 "$(qlog)" >&2 2>/dev/null || true
+    abort "virsh start $NAME ($LV_VERSION, TCG): $(tr '\n' ' ' <"$WORK/xml/start.log")"
+fi
+T_STARTED=$(vmq_now)
+QEMU_PID=$(cat "/run/libvirt/qemu/$NAME.pid" 2>/dev/null || true)
+timeout 60 virsh dumpxml "$NAME" >"$WORK/xml/live.xml" 2>/dev/null || true
+pass "virsh define + start $NAME ($LV_VERSION, domain type qemu/TCG): running in $(vmq_elapsed "$T_DEFINE" "$T_STARTED") s, QEMU pid ${QEMU_PID:-?}"
+
+# ------------------------------------------------------------------ QEMU's command line
+QARGS=$WORK/qemu-args.txt
+if [[ -n $QEMU_PID && -r /proc/$QEMU_PID/cmdline ]]; then
+    tr '\0' '\n' <"/proc/$QEMU_PID/cmdline" >"$QARGS"
+else
+    grep -a -- '^-' "$(qlog)" >"$QARGS" 2>/dev/null || true # libvirt logs one argument per line
+fi
+NETDEV=$(awk 'p { print; exit } $0 == "-netdev" { p = 1 }' "$QARGS")
+NICDEV=$(grep -a -m1 '"driver":"virtio-net-pci' "$QARGS" || true)
+CHARDEV=$(grep -a -m1 '^socket,id=charua-fast' "$QARGS" || true)
+WANT_VECTORS=any
+((OVERRIDE)) && WANT_VECTORS=0
+nic=$(jq -r '"\(.mq) \(.vectors)"' <<<"$NICDEV" 2>/dev/null || true)
+if [[ $(jq -r '"\(.type) \(.queues)"' <<<"$NETDEV" 2>/dev/null) == "vhost-user $QUEUES" && $CHARDEV == *"path=$SOCK,server=on"* &&
+    ($nic == "true $WANT_VECTORS" || ($WANT_VECTORS == any && $nic == "true "*)) ]]; then
+    pass "QEMU command line: -netdev $NETDEV; -chardev $CHARDEV; -device $(jq -c '{driver, mq, rx_queue_size, tx_queue_size, vectors, mac}' <<<"$NICDEV")"
+else
+    fail "QEMU command line: netdev '$NETDEV' chardev '$CHARDEV' device '$NICDEV' (want vhost-user queues=$QUEUES, server socket $SOCK, mq on, vectors $WANT_VECTORS; pid ${QEMU_PID:-?}, log $(qlog))"
+fi
+
+# ------------------------------------------------------------------ the guest
+SERIAL=$RUN/virt-serial0-log # the <log file> of KubeVirt's serial console, written by virtlogd
+gwait() { # gwait REGEX SECONDS: a line on the domain's serial console
+    local rc=0
+    vmq_wait_log "$SERIAL" "$1" "$2" "${QEMU_PID:-}" || rc=$?
+    if ((rc)); then
+        vmq_log "domain $NAME: no /$1/ after $2 s ($([[ $rc == 2 ]] && echo "QEMU exited" || echo timeout)); last lines:"
+        tail -n 15 "$SERIAL" 2>/dev/null | tr -d '\r' | sed 's/^/    | /' >&2 || true
+        tail -n 3 "$(qlog)" 2>/dev/null | sed 's/^/    qemu: /' >&2 || true
+    fi
+    return "$rc"
+}
+crashed() { grep -a -q 'shutting down, reason=crashed' "$(qlog)" 2>/dev/null && echo "; QEMU crashed (libvirt: reason=crashed)"; true; }
+gwait '^VHOSTMQ-RESULT boot ' 150 || abort "the domain's guest did not boot (serial log $SERIAL)$(crashed)"
+T_BOOT=$(vmq_now)
+gwait '^VHOSTMQ-RESULT link ' 90 || abort "the domain's guest did not bring eth0 up$(crashed)"
+T_LINK=$(vmq_now)
+rx=$(vmq_result "$SERIAL" queues rx) tx=$(vmq_result "$SERIAL" queues tx)
+brx=$(vmq_result "$SERIAL" queues before_rx) btx=$(vmq_result "$SERIAL" queues before_tx)
+if [[ $rx == "$QUEUES" && $tx == "$QUEUES" ]]; then
+    pass "guest (4 vCPUs) sees $rx rx + $tx tx queues on eth0 (driver default before ethtool -L: $brx rx + $btx tx), link $(vmq_result "$SERIAL" link state)"
+else
+    fail "guest queues: $(vmq_result_line "$SERIAL" queues)"
+fi
+
+# the dataplane's side, while the guest runs
+port_json() { ctl -o json port show fast 2>/dev/null || true; }
+ok_port=0
+for ((i = 0; i < 100; i++)); do
+    pj=$(port_json)
+    [[ $(jq -r '"\(.status.connected) \(.status.enabled_pairs)"' <<<"$pj" 2>/dev/null) == "true $QUEUES" ]] && { ok_port=1; break; }
+    sleep 0.2
+done
+qj=$(ctl -o json queues fast --interval 0 2>/dev/null || true)
+printf '%s\n' "$pj" >"$WORK/port-fast.json"
+printf '%s\n' "$qj" >"$WORK/queues-fast.json"
+en=$(jq -r '[.slots[].queues[]? | select(.port == "fast" and .rx_enabled and .tx_enabled) | .pair] | sort | map(tostring) | join(",")' <<<"$qj" 2>/dev/null || true)
+if ((ok_port)) && [[ $en == "0,1,2,3" ]]; then
+    pass "dataplane port fast (role client, dialed QEMU's socket): connected, connects=$(jq -r .status.connects <<<"$pj"), enabled_pairs=$QUEUES; vhostmqctl queues: pairs $en rx+tx enabled, on CPU $(jq -r '[.slots[] | select((.queues // []) | any(.port == "fast")) | .cpu] | unique | map(tostring) | join(",")' <<<"$qj")"
+else
+    fail "dataplane port fast: status $(jq -c .status <<<"$pj" 2>/dev/null || echo "$pj"); enabled pairs (queues) '$en'"
+fi
+
+# ping and iperf3 to the peer
+if gwait '^VHOSTMQ-RESULT reach ' 120; then
+    T_PING=$(vmq_now)
+    if [[ $(vmq_result "$SERIAL" reach ok) == 1 ]]; then
+        pass "guest reaches the peer 10.0.0.2 through the dataplane ($(vmq_elapsed "$T_DEFINE" "$T_PING") s after virsh define)"
+    else
+        fail "guest cannot reach the peer: $(vmq_result_line "$SERIAL" reach); peer: $(vmq_result_line "${VMQ_GUEST_LOG[peer]}" link)"
+    fi
+else
+    T_PING=""
+    fail "the guest did not report reaching the peer"
+fi
+if gwait '^VHOSTMQ-RESULT role-done role=client ' 150; then
+    sent=$(vmq_result "$SERIAL" ping sent) recv=$(vmq_result "$SERIAL" ping received)
+    if [[ $recv =~ ^[1-9][0-9]*$ ]]; then
+        pass "ping 10.0.0.2: $recv/$sent replies, loss $(vmq_result "$SERIAL" ping loss_pct)%, rtt min/avg/max $(vmq_result "$SERIAL" ping rtt_min_ms)/$(vmq_result "$SERIAL" ping rtt_avg_ms)/$(vmq_result "$SERIAL" ping rtt_max_ms) ms"
+    else
+        fail "ping 10.0.0.2: $(vmq_result_line "$SERIAL" ping)"
+    fi
+    iperf_line() { tr -d '\r' <"$SERIAL" | awk -v d="$1" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == "dir=" d { l = $0 } END { print l }'; }
+    ifwd=$(iperf_line forward) irev=$(iperf_line reverse)
+    if [[ $ifwd == *" rc=0 "* && $irev == *" rc=0 "* ]]; then
+        pass "iperf3 -P 16 to the peer: forward $(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$ifwd") Gbit/s, reverse $(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$irev") Gbit/s (TCG)"
+    else
+        fail "iperf3 to the peer: ${ifwd:-no forward result}; ${irev:-no reverse result}"
+    fi
+else
+    fail "the guest's client role (ping, iperf3) did not finish"
+fi
+T_TRAFFIC=$(vmq_now)
+
+# per-queue counters (rx = toward the guest, tx = from the guest)
+sj=$(ctl -o json stats fast peer 2>/dev/null || true)
+printf '%s\n' "$sj" >"$WORK/stats-after-traffic.json"
+QTABLE=$(jq -r '.ports[]? as $p | $p.queues[] | [$p.id, .pair, .cpu, .rx.packets, .tx.packets, .rx.bytes, .tx.bytes,
+    ((.drops // {}) | to_entries | map(select(.key != "total" and .value > 0) | "\(.key)=\(.value)") | if length == 0 then "-" else join(",") end)] | @tsv' <<<"$sj" 2>/dev/null || true)
+busy=$(awk -F'\t' '$1 == "fast" && $4 > 0 && $5 > 0 { n++ } END { print n + 0 }' <<<"$QTABLE")
+tot=$(awk -F'\t' '$1 == "fast" { r += $4; t += $5 } END { print r + 0, t + 0 }' <<<"$QTABLE")
+gq=$(tr -d '\r' <"$SERIAL" | awk '$1 == "VHOSTMQ-RESULT" && $2 == "guest-queues" { $1 = $2 = ""; l = $0 } END { sub(/^ +/, "", l); print l }')
+# The guest's TX queue is the sending vCPU's (virtio-net XPS), and the
+# dataplane steers a flow's RX to the queue it came from, so which pairs carry
+# traffic depends on where the guest ran iperf3 and its softirqs: at least 2.
+if ((busy >= 2)) && [[ ${tot% *} -gt 0 && ${tot#* } -gt 0 ]]; then
+    pass "per-queue counters of port fast: $busy of $QUEUES queue pairs carried traffic both ways (rx ${tot% *} / tx ${tot#* } packets in total; the guest's per-queue counters: $gq)"
+else
+    fail "per-queue counters of port fast: $busy of $QUEUES pairs carried traffic both ways (want >= 2): $(tr '\n\t' '; ' <<<"$QTABLE")"
+fi
+{
+    echo "port pair cpu rxPackets txPackets rxBytes txBytes drops"
+    tr '\t' ' ' <<<"$QTABLE"
+} | vmq_table >"$WORK/queue-table.txt"
+
+# ------------------------------------------------------------------ teardown, checked
+if timeout 60 virsh -q destroy "$NAME" >/dev/null 2>&1; then
+    pass "virsh destroy $NAME"
+else
+    fail "virsh destroy $NAME"
+fi
+for ((i = 0; i < 50; i++)); do
+    [[ $(jq -r .status.connected <<<"$(port_json)" 2>/dev/null) == false ]] && break
+    sleep 0.2
+done
+if [[ $(jq -r .status.connected <<<"$(port_json)" 2>/dev/null) == false ]]; then
+    pass "the dataplane saw QEMU go away (port fast connected=false; it keeps re-dialing)"
+else
+    fail "port fast still connected after virsh destroy"
+fi
+if timeout 60 virsh -q undefine "$NAME" >/dev/null 2>&1 && domain_gone; then
+    pass "virsh undefine $NAME"
+else
+    fail "virsh undefine $NAME"
+fi
+DEFINED=0
+if [[ -f $(qlog) ]]; then cp "$(qlog)" "$WORK/libvirt-qemu.log"; rm -f "$(qlog)"; fi
+vmq_guest_stop peer
+vmq_stop "$SIDECAR_PID"
+sc_rc=$VMQ_RC
+vmq_stop "$DP_PID" 12
+dp_rc=$VMQ_RC
+if [[ $sc_rc == 0 && $dp_rc == 0 ]]; then
+    pass "the sidecar and the dataplane exit 0 on SIGTERM"
+else
+    fail "exit status on SIGTERM: sidecar $sc_rc, dataplane $dp_rc"
+fi
+
+# ------------------------------------------------------------------ report
+echo
+echo "per-queue dataplane counters after the traffic (rx = toward the guest, tx = from the guest):"
+sed 's/^/  /' "$WORK/queue-table.txt"
+echo
+echo "timings (s):"
+{
+    echo "step seconds"
+    echo "dependencies $(vmq_elapsed "$T_START" "$T_DEPS")"
+    echo "go-build+guest-image $(vmq_elapsed "$T_DEPS" "$T_BUILD")"
+    echo "libvirtd-up $(vmq_elapsed "$T_BUILD" "$T_LIBVIRT")"
+    echo "OnDefineDomain-pass1 $(vmq_elapsed "$T_HOOK1" "$T_HOOK1_DONE")"
+    echo "OnDefineDomain-pass2 $(vmq_elapsed "$T_HOOK2" "$T_HOOK2_DONE")"
+    echo "define->running $(vmq_elapsed "$T_DEFINE" "$T_STARTED")"
+    echo "running->guest-boot-line $(vmq_elapsed "$T_STARTED" "$T_BOOT")"
+    echo "running->link-up(4-queues) $(vmq_elapsed "$T_STARTED" "$T_LINK")"
+    echo "define->guest-ping ${T_PING:+$(vmq_elapsed "$T_DEFINE" "$T_PING")}"
+    echo "define->ping+iperf3-done $(vmq_elapsed "$T_DEFINE" "$T_TRAFFIC")"
+    echo "total $(vmq_elapsed "$T_START")"
+} | vmq_table | sed 's/^/  /'
+echo
+summary
+((failed == 0))
