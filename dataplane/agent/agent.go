@@ -433,9 +433,9 @@ func polling(m agentv1.PollingMode) dataplane.Polling {
 	return dataplane.PollAdaptive
 }
 
-// prepareSocketDir makes sure the socket's directory exists with the
-// requested owner and a mode no wider than 0770. It returns the directory
-// if it created it.
+// prepareSocketDir makes sure the socket's directory exists; one it
+// creates gets the requested owner and a mode no wider than 0770. It
+// returns the directory if it created it.
 func prepareSocketDir(s *agentv1.PortSpec, root string) (string, error) {
 	dir := filepath.Dir(s.SocketPath)
 	created := ""
@@ -454,8 +454,10 @@ func prepareSocketDir(s *agentv1.PortSpec, root string) (string, error) {
 	case !fi.IsDir():
 		return "", fmt.Errorf("%s is not a directory", dir)
 	}
-	if dir == root && created == "" {
-		return "", nil // the socket root is the operator's, not the port's
+	if created == "" {
+		// An existing directory is its owner's (the socket root, a device
+		// plugin allocation, QEMU's own): its mode and owner stay.
+		return "", nil
 	}
 	// Mkdir applies the umask; set the mode exactly.
 	if err := os.Chmod(dir, os.FileMode(s.SocketMode)); err != nil {

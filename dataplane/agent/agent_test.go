@@ -448,6 +448,39 @@ func TestSocketDirOwnerAndMode(t *testing.T) {
 	}
 }
 
+// An existing directory (a device plugin allocation, QEMU's own) keeps
+// its owner and mode, and survives the port.
+func TestExistingSocketDirUntouched(t *testing.T) {
+	e := start(t, shortDir(t), nil, 2)
+	s := e.spec("x", 1)
+	dir := filepath.Dir(s.SocketPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	os.Chown(dir, 108, 109)
+	uid, gid := uint32(107), uint32(107)
+	s.SocketUid, s.SocketGid, s.SocketMode = &uid, &gid, 0o770
+	if _, err := e.create(s); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o755 || st.Uid != 108 || st.Gid != 109 {
+			t.Errorf("%s: %s is %#o %d:%d, want 0755 108:109", when, dir, fi.Mode().Perm(), st.Uid, st.Gid)
+		}
+	}
+	check("after create")
+	if _, err := e.client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	check("after delete")
+}
+
 func TestWatchHealthAndMetrics(t *testing.T) {
 	e := start(t, shortDir(t), nil, 2)
 	if _, err := e.create(e.spec("m", 2)); err != nil {
