@@ -33,10 +33,12 @@ test-race: ## Go tests of the dataplane under the race detector
 	$(GO) test -count=1 -race ./dataplane/... ./plugin/... ./cni/...
 
 .PHONY: test-e2e
-test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect) and DPDK virtio-user
+test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect), DPDK virtio-user, the CNI under cnitool and containerd+crictl, the KubeVirt binding's domain booted by libvirtd
 	hack/install-deps.sh
 	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-dpdk.sh
+	hack/e2e-cni.sh
+	hack/e2e-kubevirt-libvirt.sh
 
 .PHONY: test-cluster
 test-cluster: ## Device plugin on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
@@ -53,7 +55,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 ##@ Checks
 
 .PHONY: generate
-generate: ## Regenerate the gRPC/protobuf code from dataplane/api/v1/*.proto
+generate: ## Regenerate the gRPC/protobuf code (agent API, KubeVirt hook API)
 	hack/generate.sh
 
 .PHONY: verify
