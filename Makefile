@@ -59,8 +59,13 @@ generate: ## Regenerate the gRPC/protobuf code (agent API, KubeVirt hook API)
 	hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, staticcheck
+verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, helm lint and deploy/ up to date with the chart
 	hack/verify.sh $(STATICCHECK_VERSION)
+	hack/manifests.sh --check
+
+.PHONY: manifests
+manifests: ## Lint the Helm chart and render deploy/vhostmq.yaml from it
+	hack/manifests.sh
 
 ##@ Misc
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Lints the Helm chart and renders deploy/vhostmq.yaml from it (the plain
+# manifests are never edited by hand). helm is built from the Go module
+# proxy once per machine into VHOSTMQ_TOOLS (default /var/cache/vhostmq/tools).
+#
+# Usage: hack/manifests.sh [--check]
+#   --check   fail if deploy/vhostmq.yaml differs from a fresh render
+#             (what `make verify` runs)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=manifests
+cd "$HERE/.."
+
+HELM_VERSION=v3.22.0
+KUBE_VERSION=1.37.2
+TOOLS=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}
+check=0
+case ${1:-} in
+    --check) check=1 ;;
+    "") ;;
+    -h | --help) vmq_usage "$0"; exit 0 ;;
+    *) vmq_die "unknown argument $1 (see --help)" ;;
+esac
+
+helm=$TOOLS/helm-$HELM_VERSION
+if [[ ! -x $helm ]]; then
+    vmq_log "building helm $HELM_VERSION from the Go module proxy (a few minutes, once per machine)"
+    mkdir -p "$TOOLS"
+    tmp=$(mktemp -d)
+    GOFLAGS='' GOBIN=$tmp go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+    mv "$tmp/helm" "$helm"
+    rmdir "$tmp"
+fi
+
+"$helm" lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" >/dev/null ||
+    { "$helm" lint --strict charts/vhostmq --kube-version "$KUBE_VERSION"; vmq_die "helm lint failed"; }
+
+# The plain manifests take their webhook certificate from cert-manager: a
+# chart-generated one would change on every render.
+render() {
+    {
+        echo "# Rendered from charts/vhostmq by hack/manifests.sh (make manifests); do not edit."
+        echo "# Needs cert-manager for the webhook certificate and Multus' NetworkAttachmentDefinition CRD."
+        echo "# Install: kubectl create namespace vhostmq-system && kubectl apply -f deploy/vhostmq.yaml"
+        "$helm" template vhostmq charts/vhostmq --namespace vhostmq-system --kube-version "$KUBE_VERSION" \
+            --set webhook.certManager.enabled=true
+    }
+}
+if ((check)); then
+    if ! diff -u deploy/vhostmq.yaml <(render) >/dev/null; then
+        vmq_die "deploy/vhostmq.yaml is stale: run make manifests and commit the result"
+    fi
+    vmq_log "helm lint ok; deploy/vhostmq.yaml matches the chart"
+else
+    render >deploy/vhostmq.yaml
+    vmq_log "helm lint ok; wrote deploy/vhostmq.yaml"
+fi
