@@ -290,4 +290,12 @@ func TestLauncherPodQueuesFromVMI(t *testing.T) {
 			t.Errorf("CHECK: %v", err)
 		}
 	}
+	// Three slots for two networks of four pairs: neither one per network
+	// nor enough; an error, not a quietly smaller port.
+	e := &env{Node: agenttest.Start(t, "", 8), t: t}
+	e.allocate("c0-s0", "c0-s1", "c0-s2")
+	err := CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"kubeconfig":%q,"deviceID":"c0-s0"`, kc))))
+	if te := cniErr(t, err); te.Code != ErrNoAllocation || !strings.Contains(te.Msg, "2 vhostmq networks × 4 queue pairs (from VirtualMachineInstance vm1) need 8 queue slots, the pod has 3") {
+		t.Errorf("3 slots: %v", err)
+	}
 }

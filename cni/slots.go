@@ -30,7 +30,7 @@ import (
 // One network takes the whole allocation by default; a pod with two
 // networks on 8 queue pairs says vhostmq.io/queues: "4" (the KubeVirt
 // webhook does) and gets S[0:4] and S[4:8]. When the plugin can count the
-// pod's vhostmq networks k (it reads the pod) and N < k*q, as when no
+// pod's vhostmq networks k (it reads the pod) and N == k < k*q, as when no
 // webhook raised KubeVirt's one unit per network, interface k keeps S[k]
 // alone and its q queue pairs share that slot's CPU. Otherwise an
 // interface whose range runs past N fails with an error that says so.
@@ -51,11 +51,17 @@ func (s *slotSet) split(q uint32, from string, networks int) ([]string, error) {
 	if start+int(q) <= n && (networks == 0 || networks*int(q) <= n) {
 		return s.all[start : start+int(q)], nil
 	}
-	if networks > 0 && n >= networks && s.index < n {
-		// Fewer slots than queue pairs (no webhook filled the request in:
-		// KubeVirt asks one per network): each network keeps its own slot
-		// and its q queue pairs share that slot's CPU.
+	if networks > 0 && n == networks && s.index < n {
+		// Exactly one slot per network: KubeVirt asked one per network and
+		// no webhook raised it. Each network keeps its own slot and its q
+		// queue pairs share that slot's CPU. Any other shortfall is an
+		// error: q is at most what the pod was given.
 		return s.all[s.index : s.index+1], nil
+	}
+	if networks > 1 {
+		return nil, types.NewError(ErrNoAllocation,
+			fmt.Sprintf("%d vhostmq networks × %d queue pairs (from %s) need %d queue slots, the pod has %d allocated (%s)", networks, q, from, networks*int(q), n, strings.Join(s.all, ",")),
+			fmt.Sprintf("request %d %s (the vhostmq webhook does) or lower %s", networks*int(q), DefaultResourceName, from))
 	}
 	if s.index == 0 {
 		return nil, types.NewError(ErrNoAllocation,
