@@ -41,8 +41,9 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-kubevirt-libvirt.sh
 
 .PHONY: test-cluster
-test-cluster: ## Device plugin on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
+test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
 	hack/cluster/test-deviceplugin.sh
+	hack/cluster/test-cni.sh
 
 .PHONY: bench
 bench: ## In-process Go benchmarks (ns/frame of a forwarding pass, 0 allocs); the DPDK peer comparison is still to come

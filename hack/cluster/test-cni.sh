@@ -16,7 +16,7 @@
 # and the NAD CRD (manifests/nad-crd.yaml); each check printed as ok/FAIL with
 # its time (run in this order: (d) first, because (b)/(c) take all 8 slots):
 #   (a) NAD vhu-net (resourceName vhostmq.io/queue-pairs, type vhostmq-cni)
-#   (d) pods annotated vhostmq.io/queues: "129" and vhostmq.io/polling: spin
+#   (d) pods annotated vhostmq.io/queues: "9" (4 allocated) and vhostmq.io/polling: spin
 #       (4 slots each; networks "default/vhu-net@net1" and "vhu-net") fail
 #       their sandbox with a FailedCreatePodSandBox event naming the
 #       annotation, and leave no port, device-info file or multus-lite cache
@@ -309,11 +309,11 @@ event_msg() { sandbox_events "$1" | jq -r '.items[0].message' | sed 's/.*failed 
 
 # ------------------------------------------------------------------ (d)
 step "(d) bad vhostmq.io annotations fail the sandbox"
-bad_pod bad-queues 'default/vhu-net@net1' 'vhostmq.io/queues: "129"' | k create -f - >/dev/null
+bad_pod bad-queues 'default/vhu-net@net1' 'vhostmq.io/queues: "9"' | k create -f - >/dev/null
 bad_pod bad-polling 'vhu-net' 'vhostmq.io/polling: spin' | k create -f - >/dev/null
 t_bad=$(vmq_now)
 check "(d) bad-queues: FailedCreatePodSandBox names vhostmq.io/queues" \
-    vmqc_poll 60 0.5 sandbox_event bad-queues 'pod annotation vhostmq.io/queues: "129" is not a number of queue pairs in 1..128'
+    vmqc_poll 60 0.5 sandbox_event bad-queues 'pod annotation vhostmq.io/queues asks for 9 queue pairs, the pod has 4 allocated'
 event_msg bad-queues
 check "(d) bad-polling: FailedCreatePodSandBox names vhostmq.io/polling" \
     vmqc_poll 60 0.5 sandbox_event bad-polling 'pod annotation vhostmq.io/polling: "spin" is not interrupt, adaptive or busy'
