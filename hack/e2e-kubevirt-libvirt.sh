@@ -118,6 +118,16 @@ teardown_domain() {
     fi
     DEFINED=0
 }
+# host_pgrep NAME: PIDs of NAME in this mount namespace (a libvirtd inside a
+# container, e.g. a KubeVirt virt-launcher pod, is not the host's)
+host_pgrep() {
+    local pid self
+    self=$(readlink /proc/self/ns/mnt)
+    for pid in $(pgrep -x "$1"); do
+        [[ $(readlink "/proc/$pid/ns/mnt" 2>/dev/null) == "$self" ]] && echo "$pid"
+    done
+    return 0
+}
 on_exit() {
     local rc=$?
     set +e
@@ -125,7 +135,7 @@ on_exit() {
     vmq_cleanup # every PID we started, newest first; then the work dir
     # what our libvirtd left: its "machine" cgroups (no systemd here) and
     # /run/libvirt, if they were not there before and no libvirtd runs now
-    if [[ -n $LIBVIRTD_PID ]] && ! pgrep -x libvirtd >/dev/null && ! pgrep -x virtlogd >/dev/null; then
+    if [[ -n $LIBVIRTD_PID && -z $(host_pgrep libvirtd) && -z $(host_pgrep virtlogd) ]]; then
         local d
         for d in /sys/fs/cgroup/machine /sys/fs/cgroup/*/machine /run/libvirt; do
             [[ -d $d && $'\n'$LV_BEFORE$'\n' != *$'\n'$d$'\n'* ]] || continue
@@ -203,11 +213,11 @@ T_BUILD=$(vmq_now)
 LV_BEFORE=$(compgen -G '/sys/fs/cgroup/machine' || true; compgen -G '/sys/fs/cgroup/*/machine' || true; compgen -G /run/libvirt || true)
 if timeout 20 virsh -q version >/dev/null 2>&1; then
     vmq_log "using the libvirtd that is running"
-elif pgrep -x libvirtd >/dev/null; then
+elif [[ -n $(host_pgrep libvirtd) ]]; then
     abort "a libvirtd is running but $LIBVIRT_DEFAULT_URI does not answer"
 else
     mkdir -p /run/libvirt
-    if ! pgrep -x virtlogd >/dev/null; then
+    if [[ -z $(host_pgrep virtlogd) ]]; then
         vmq_bg "$WORK/virtlogd.log" "$BUDGET" virtlogd
         VIRTLOGD_PID=$VMQ_BG_PID
     fi
@@ -226,10 +236,9 @@ LV_VERSION=$(timeout 20 virsh version 2>/dev/null | awk '/Using library/ { l = $
 T_LIBVIRT=$(vmq_now)
 
 # ------------------------------------------------------------------ dataplane + peer guest
-# socketRoot is RUN: the dataplane sets a port's socket directory to 0750
-# root:root unless it is the (pre-existing) socketRoot, and QEMU, running as
-# libvirt-qemu, must create its server socket in it. The peer's socket has a
-# directory of its own (its QEMU runs as root).
+# socketRoot is RUN, where QEMU (running as libvirt-qemu) creates its
+# server socket; the peer's socket has a directory of its own (its QEMU
+# runs as root).
 cat >"$WORK/dataplane.yaml" <<EOF
 cpus: [$(vmq_default_cpus)]
 statsFile: $WORK/stats.json
