@@ -158,6 +158,27 @@ func TestPluginLifecycle(t *testing.T) {
 	if _, err := os.Stat(host); err != nil {
 		t.Errorf("a fresh allocation was removed within the grace period: %v", err)
 	}
+	// QEMU killed by SIGKILL leaves its socket; a port whose deletion is
+	// pending still listens on its own.
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(host, "net1.sock"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	live, err := net.Listen("unix", filepath.Join(host, "net2.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.reclaim(map[string]bool{}, time.Now().Add(time.Hour))
+	if _, err := os.Stat(filepath.Join(host, "net1.sock")); !os.IsNotExist(err) {
+		t.Errorf("stale socket left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "net2.sock")); err != nil {
+		t.Errorf("a socket in use was removed: %v", err)
+	}
+	live.(*net.UnixListener).SetUnlinkOnClose(false)
+	live.Close()
 	p.reclaim(map[string]bool{}, time.Now().Add(time.Hour))
 	if _, err := os.Stat(host); !os.IsNotExist(err) {
 		t.Errorf("freed allocation directory left: %v", err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -308,6 +310,7 @@ func (p *Plugin) reclaim(live map[string]bool, now time.Time) {
 			continue
 		}
 		host := filepath.Join(p.cfg.SocketRoot, dir)
+		p.removeStaleSockets(host)
 		if err := os.Remove(host); err != nil && !os.IsNotExist(err) {
 			continue // not empty yet
 		}
@@ -318,6 +321,33 @@ func (p *Plugin) reclaim(live map[string]bool, now time.Time) {
 		}
 		os.Remove(f)
 		p.log.Info("freed allocation removed", "dir", host)
+	}
+}
+
+// removeStaleSockets removes the unix sockets in a freed allocation that
+// nobody listens on: QEMU killed with SIGKILL leaves its server socket
+// behind, and the directory could never be reclaimed. A socket something
+// still listens on (a port whose deletion is pending) stays.
+func (p *Plugin) removeStaleSockets(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			if os.Remove(path) == nil {
+				p.log.Info("stale socket removed", "socket", path)
+			}
+		}
 	}
 }
 
