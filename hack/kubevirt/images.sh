@@ -228,6 +228,28 @@ if ((FORCE)) || [[ ! -s $VMKV_GUEST_TAR || $(cat "$VMKV_GUEST_TAR.stamp" 2>/dev/
     mkdir -p "$groot/boot"
     install -m 0644 "$GUEST_VMLINUX" "$groot/boot/vmlinux"
     install -m 0644 "$GUEST_INITRD" "$groot/boot/initramfs.cpio.gz"
+    # KubeVirt v1.7.0 + Kubernetes 1.37: virt-handler writes the files'
+    # CRC32 (uint32) to status.kernelBootStatus.{kernel,initrd}Info.checksum,
+    # which the VMI CRD declares "format: int32"; the 1.37 API server rejects
+    # a value >= 2^31 ("Checked value must be of type integer with format
+    # int32") and the VMI's status never leaves Scheduled.  Append zero bytes
+    # (ignored after an ELF's contents and between initramfs archives) until
+    # the CRC32 is in 1..2^31-1.
+    for f in "$groot/boot/vmlinux" "$groot/boot/initramfs.cpio.gz"; do
+        "$VMQ_PY" - "$f" <<'PY' || vmq_die "padding $f failed"
+import sys, zlib
+p = sys.argv[1]
+with open(p, "rb") as f:
+    c = zlib.crc32(f.read())
+n = 0
+with open(p, "ab") as f:
+    while not 0 < c < 1 << 31:
+        f.write(b"\0")
+        c = zlib.crc32(b"\0", c)
+        n += 1
+print(f"{p}: crc32 {c} after {n} zero bytes", file=sys.stderr)
+PY
+    done
     # owned by qemu (107) like KubeVirt's containerDisk images
     chown -R 107:107 "$groot/boot"
     vmkv_oci_layout "$VMKV_GUEST_TAR" "$groot" "$VMKV_GUEST_IMAGE null"

@@ -98,3 +98,14 @@ vmkv_oci_layout() {
     mv "$out.part" "$out"
     rm -rf "$tmp"
 }
+
+# vmkv_stop_webhook: the webhook process test-vm.sh started (left by a --keep
+# run), by the PID in $VMKV_RUN/webhook.pid if that still is it
+vmkv_stop_webhook() {
+    local p
+    p=$(cat "$VMKV_RUN/webhook.pid" 2>/dev/null || true)
+    if [[ -n $p && $(cat "/proc/$p/comm" 2>/dev/null) == timeout ]] && grep -qaF vhostmq-webhook "/proc/$p/cmdline" 2>/dev/null; then
+        vmq_stop "$p"
+    fi
+    rm -f "$VMKV_RUN/webhook.pid"
+}

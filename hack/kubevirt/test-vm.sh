@@ -1,0 +1,402 @@
+#!/usr/bin/env bash
+# VMs on vhostmq under real KubeVirt v1.7.0 (hack/kubevirt/testbed.sh up must
+# have run): the whole chain of issue #7 with nothing stood in but Multus.
+#
+#   DaemonSet vhostmq (dataplane + device plugin, hack/cluster/manifests/
+#   vhostmq.yaml, as test-deviceplugin.sh deploys it) -> NAD vhu-net
+#   (deploy/examples/nad.yaml) -> the webhook (bin/vhostmq-webhook, run as a
+#   process in the node's netns with a self-signed certificate; a
+#   MutatingWebhookConfiguration calls it by URL for pods of the test
+#   namespace) raises the virt-launcher pod's vhostmq.io/queue-pairs to the
+#   VM's queue pairs -> kubelet + device plugin allocate slots ->
+#   multus-lite (the Multus stand-in: Multus is not served by the module
+#   proxy) calls vhostmq-cni with the deviceID and writes network-status ->
+#   KubeVirt turns it into /etc/podinfo/network-info -> our binding sidecar
+#   (localhost/vhostmq/kubevirt-binding:dev) adds the vhost-user NIC ->
+#   libvirt + QEMU 10 (server socket) <- the dataplane dials.
+#
+# The VMs are deploy/examples/vm.yaml adapted to the test bed: kernel boot
+# of the project's guest (hack/guest, image localhost/vhostmq/guest-kernel:dev,
+# no containerDisk pull), only the vhostmq NIC (the guest's /init drives
+# eth0 only, so the masquerade pod NIC is left out), guest IPs on the kernel
+# command line (the NAD has no IPAM).  vm1: 4 vCPUs (cores: 4),
+# networkInterfaceMultiqueue: true, iperf3 server; vm2: 2 vCPUs, pings vm1
+# and runs iperf3 -P 16 to it both ways.
+#
+# Checks (ok/FAIL with the time each took):
+#   vm1's launcher pod asks vhostmq.io/queue-pairs = 4 (webhook) and is
+#   annotated vhostmq.io/queues=4; the VMI is Running; the guest NIC has 4
+#   queue pairs (rx=4 tx=4 after ethtool -L combined 4, max 4); the dataplane
+#   port (vhostmqctl -o json port list, on the host) has 4 queue pairs on
+#   exactly the pod's 4 allocated slots (VHOSTMQ_QUEUE_SLOTS of the compute
+#   container), connected, 4 pairs enabled; the domain's vhost-user
+#   interface has queues=4 (virsh in the compute container); vm2 likewise
+#   with 2; vm2 pings vm1 and iperf3 runs both ways; every one of vm1's 4
+#   queue pairs carried traffic both ways (vhostmqctl -o json queues);
+#   deleting the VMs leaves no port, socket, allocation directory
+#   (qp-*, after the device plugin's reclaim) or device-info file.
+# Prints timings and ends with "N passed, N failed"; exit status 1 if any
+# check failed.
+#
+# Usage: hack/kubevirt/test-vm.sh [--keep]
+#   --keep   leave the VMs, the webhook, the NAD and the DaemonSet running
+# Environment:
+#   VHOSTMQ_KUBEVIRT_VM_TIMEOUT=300      bound on each VM's boot (s)
+#   VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT=120 bound on the allocation reclaim (s)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=kubevirt-test-vm
+
+KEEP=0
+case ${1:-} in
+    --keep) KEEP=1 ;;
+    "") ;;
+    -h | --help) vmq_usage "$0"; exit 0 ;;
+    *) vmq_die "unknown argument $1 (see --help)" ;;
+esac
+vmq_need_root
+RES=vhostmq.io/queue-pairs
+DS_NS=vhostmq-system
+NS=vhostmq-kv-test
+SOCK_DIR=/var/run/vhostmq
+DEVINFO=/var/run/k8s.cni.cncf.io/devinfo
+API_SOCK=/run/vhostmq/api.sock
+BIN_DIR=$VMKV_RUN/bin
+WH_ADDR=127.0.0.1:18443
+VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-300}
+RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
+work=$(mktemp -d /tmp/vhostmq-kv-test.XXXXXX)
+OUT=$VMQC_LOGS/kubevirt-test-vm   # guest consoles, logs, diagnostics (kept)
+passed=0 failed=0 wh_pid=""
+declare -A T=() POD=() PORT=()
+
+k() { vmqc_kubectl "$@"; }
+ctl() { timeout 20 "$BIN_DIR/vhostmqctl" --socket "$API_SOCK" "$@"; }
+crictl() { timeout 30 "$VMQC_TOOLS/crictl" --config "$VMQC_RUN/crictl.yaml" "$@"; }
+step_t0=$(vmq_now)
+step() { step_t0=$(vmq_now); echo "--- $*"; }
+pass() { printf 'ok   %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; passed=$((passed + 1)); }
+fail() { printf 'FAIL %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; failed=$((failed + 1)); }
+check() { # check WHAT CMD...: ok when CMD succeeds
+    local what=$1
+    shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+
+[[ -x $BIN_DIR/vhostmq-webhook && -x $VMKV_KUBE_PROXY ]] || vmq_die "the test bed is not up ($HERE/testbed.sh up)"
+"$HERE/testbed.sh" status >/dev/null 2>&1 || vmq_die "the test bed is not up or KubeVirt is not Available ($HERE/testbed.sh status)"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+delete_ours() {
+    k -n "$NS" delete vm --all --ignore-not-found --wait=true --timeout 120s >/dev/null 2>&1 || true
+    k -n "$NS" delete vmi --all --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1 || true
+    k delete mutatingwebhookconfiguration vhostmq-kubevirt-test --ignore-not-found >/dev/null 2>&1 || true
+    k delete ns "$NS" --ignore-not-found --wait=true --timeout 120s >/dev/null 2>&1 || true
+}
+
+diagnostics() {
+    local f=$OUT/diagnostics.txt p
+    {
+        echo "=== pods"; k get pods -A -o wide
+        echo "=== vm, vmi"; k get vm,vmi -A -o wide
+        echo "=== events"; k get events -A --sort-by .lastTimestamp | tail -n 60
+        echo "=== ports"; ctl -o wide port list
+        for p in $(k -n "$NS" get pods -o name 2>/dev/null); do
+            echo "=== $p"; k -n "$NS" get "$p" -o yaml | head -n 120
+            for c in compute hook-sidecar-0 guest-console-log; do
+                echo "=== $p $c"; k -n "$NS" logs "$p" -c "$c" --tail 60
+            done
+        done
+        echo "=== webhook log"; tail -n 30 "$OUT/webhook.log"
+        echo "=== multus-lite log"; tail -n 40 "$VMQC_LOGS/multus-lite.log"
+        echo "=== virt-handler log"; k -n kubevirt logs ds/virt-handler --tail 60
+        echo "=== virt-controller log"; k -n kubevirt logs deploy/virt-controller --tail 60
+        echo "=== dataplane log"; k -n "$DS_NS" logs ds/vhostmq -c dataplane --tail 40
+        echo "=== deviceplugin log"; k -n "$DS_NS" logs ds/vhostmq -c deviceplugin --tail 40
+        echo "=== folders"; find "$SOCK_DIR" "$DEVINFO" -maxdepth 3 -ls
+    } >"$f" 2>&1
+    echo "diagnostics: $f"
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    if ((failed > 0 || rc != 0)); then diagnostics; fi
+    if ((KEEP)); then
+        vmq_log "--keep: leaving the VMs, the webhook (pid ${wh_pid:-none}), the NAD and the DaemonSet up"
+    else
+        delete_ours
+        vmkv_stop_webhook
+        k delete -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+T_TEST=$(vmq_now)
+delete_ours # leftovers of a --keep run
+vmkv_stop_webhook
+vmqc_import "$VMKV_GUEST_TAR" # the guest kernel-boot image as images.sh made it last
+
+# ------------------------------------------------------------------ DaemonSet
+step "the vhostmq DaemonSet (dataplane + device plugin)"
+k delete -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" --ignore-not-found --wait=true --timeout 90s >/dev/null
+"$VMKV_DIR/../cluster/images.sh" --bundle localhost/vhostmq:dev \
+    "$BIN_DIR/vhostmq-dataplane" "$BIN_DIR/vhostmq-deviceplugin" "$BIN_DIR/vhostmqctl"
+k apply -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" >/dev/null
+ds_ready() { k -n "$DS_NS" wait --for=condition=Ready pod -l app.kubernetes.io/name=vhostmq --timeout 5s >/dev/null 2>&1; }
+check "DaemonSet pod Ready" vmqc_poll 90 1 ds_ready
+alloc() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
+check "node allocatable $RES = 8" vmqc_poll 60 0.5 alloc 8
+
+# ------------------------------------------------------------------ NAD
+step "NetworkAttachmentDefinition vhu-net (deploy/examples/nad.yaml)"
+k apply -f "$VMKV_DIR/../cluster/manifests/nad-crd.yaml" >/dev/null
+k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
+k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $NS
+  labels: {vhostmq.io/kubevirt-test: "true", pod-security.kubernetes.io/enforce: privileged}
+EOF
+# the kubeconfig the plugin reads pods with: the node's is not at
+# /etc/cni/net.d/vhostmq.d (no vhostmq-install-cni here), it is the cluster's
+sed "s#/etc/cni/net.d/vhostmq.d/vhostmq.kubeconfig#$VMQC_KUBECONFIG#" "$VMQ_REPO_ROOT/deploy/examples/nad.yaml" |
+    k -n "$NS" apply -f - >/dev/null
+check "NAD vhu-net with resourceName $RES" \
+    test "$(k -n "$NS" get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}')" = "$RES"
+
+# ------------------------------------------------------------------ webhook
+step "the webhook (bin/vhostmq-webhook in the node's netns, called by URL)"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=vhostmq-webhook \
+    -addext "subjectAltName=IP:${WH_ADDR%:*}" -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+vmq_bg "$OUT/webhook.log" 7200 nsenter --net="/run/netns/$VMQC_NETNS" -- "$BIN_DIR/vhostmq-webhook" \
+    --listen "$WH_ADDR" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" --kubeconfig "$VMQC_KUBECONFIG"
+wh_pid=$VMQ_BG_PID
+echo "$wh_pid" >"$VMKV_RUN/webhook.pid"
+wh_up() { vmqc_in_ns curl -fs --cacert "$work/tls.crt" "https://$WH_ADDR/healthz" >/dev/null 2>&1; }
+check "webhook answers /healthz" vmqc_poll 30 0.3 wh_up
+k apply -f - >/dev/null <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: vhostmq-kubevirt-test}
+webhooks:
+  - name: pods.vhostmq.io
+    clientConfig:
+      url: https://$WH_ADDR/mutate
+      caBundle: $(base64 -w0 "$work/tls.crt")
+    rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+    namespaceSelector: {matchLabels: {vhostmq.io/kubevirt-test: "true"}}
+    failurePolicy: Fail
+    sideEffects: None
+    admissionReviewVersions: [v1]
+    timeoutSeconds: 10
+EOF
+
+# ------------------------------------------------------------------ VMs
+# vm NAME CORES MEMORY KERNEL_ARGS: deploy/examples/vm.yaml for the test bed
+vm() {
+    cat <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: $1
+  namespace: $NS
+spec:
+  runStrategy: Always
+  template:
+    metadata:
+      annotations:
+        vhostmq.io/polling: adaptive
+    spec:
+      domain:
+        cpu:
+          cores: $2
+        memory:
+          guest: $3
+        devices:
+          networkInterfaceMultiqueue: true
+          interfaces:
+            - name: fast
+              binding:
+                name: vhostmq
+        firmware:
+          kernelBoot:
+            kernelArgs: "console=ttyS0 panic=-1 loglevel=4 vmq.name=$1 $4 vmq.duration=3000"
+            container:
+              image: $VMKV_GUEST_IMAGE
+              imagePullPolicy: IfNotPresent
+              kernelPath: /boot/vmlinux
+              initrdPath: /boot/initramfs.cpio.gz
+      networks:
+        - name: fast
+          multus:
+            networkName: vhu-net
+EOF
+}
+launcher() { k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
+vmi_phase() { k -n "$NS" get vmi "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+console() { k -n "$NS" logs "${POD[$1]}" -c guest-console-log >"$OUT/console-$1.log" 2>/dev/null; }
+# wait_console VM REGEX SECONDS: poll the guest's serial console
+wait_console() {
+    local vm=$1 re=$2 end=$(($(date +%s) + $3))
+    while (($(date +%s) < end)); do
+        console "$vm" || true
+        grep -a -q -E -- "$re" "$OUT/console-$vm.log" 2>/dev/null && return 0
+        sleep 1
+    done
+    return 1
+}
+res() { vmq_result "$OUT/console-$1.log" "$2" "$3"; } # res VM KIND KEY
+# slots_of VM: the compute container's VHOSTMQ_QUEUE_SLOTS (device plugin), sorted
+slots_of() {
+    local sb c
+    sb=$(crictl pods --namespace "$NS" --name "${POD[$1]}" -q | head -n1)
+    c=$(crictl ps --pod "$sb" --name '^compute$' -q | head -n1)
+    crictl inspect "$c" | jq -r '.info.config.envs[] | select(.key == "VHOSTMQ_QUEUE_SLOTS") | .value' | tr ',' '\n' | sort | paste -sd,
+}
+port_of() { ctl -o json port list | jq -c --arg p "${POD[$1]}" '[.ports[] | select(.labels["k8s.pod.name"] == $p)]'; }
+
+# boot_vm VM CORES MEMORY QUEUES KERNEL_ARGS: create, wait, check pod, guest, port
+boot_vm() {
+    local vm=$1 cores=$2 mem=$3 q=$4 args=$5 t0 p slots pslots
+    step "$vm: $cores vCPUs, networkInterfaceMultiqueue, vhostmq NIC"
+    t0=$(vmq_now)
+    T[${vm}_t0]=$t0
+    vm "$vm" "$cores" "$mem" "$args" | k apply -f - >/dev/null
+    if ! vmqc_poll 120 0.5 launcher "$vm" >/dev/null; then
+        fail "$vm: virt-launcher pod created"
+        return 1
+    fi
+    POD[$vm]=$(launcher "$vm")
+    T[${vm}_pod]=$(vmqc_secs "$t0")
+    p=${POD[$vm]}
+    check "$vm: pod $p compute asks $RES = $q (webhook)" \
+        test "$(k -n "$NS" get pod "$p" -o json | jq -r --arg r "$RES" '.spec.containers[] | select(.name == "compute") | "\(.resources.limits[$r])/\(.resources.requests[$r])"')" = "$q/$q"
+    check "$vm: pod annotated vhostmq.io/queues=$q" \
+        test "$(k -n "$NS" get pod "$p" -o jsonpath='{.metadata.annotations.vhostmq\.io/queues}')" = "$q"
+    running() { [[ $(vmi_phase "$1") == Running ]]; }
+    if vmqc_poll "$VM_TIMEOUT" 1 running "$vm"; then
+        T[${vm}_running]=$(vmqc_secs "$t0")
+        pass "$vm: VMI Running (${T[${vm}_running]} s after create)"
+    else
+        fail "$vm: VMI Running (phase $(vmi_phase "$vm"))"
+        return 1
+    fi
+    if wait_console "$vm" '^VHOSTMQ-RESULT boot ' "$VM_TIMEOUT"; then
+        T[${vm}_boot]=$(vmqc_secs "$t0")
+        pass "$vm: guest booted (${T[${vm}_boot]} s after create, $(res "$vm" boot cpus) CPUs)"
+    else
+        fail "$vm: guest booted (no boot line on the serial console)"
+        return 1
+    fi
+    if wait_console "$vm" '^VHOSTMQ-RESULT link ' 120; then
+        T[${vm}_link]=$(vmqc_secs "$t0")
+    fi
+    check "$vm: guest NIC has $q queue pairs ($(vmq_result_line "$OUT/console-$vm.log" queues))" \
+        test "$(res "$vm" queues rx)/$(res "$vm" queues tx)/$(res "$vm" queues max_combined)" = "$q/$q/$q"
+    check "$vm: guest eth0 up ($(vmq_result_line "$OUT/console-$vm.log" link))" test "$(res "$vm" link state)" = up
+    PORT[$vm]=$(port_of "$vm")
+    slots=$(slots_of "$vm")
+    pslots=$(jq -r '.[0].slots | sort | join(",")' <<<"${PORT[$vm]}")
+    echo "    pod $p: allocated slots $slots; port $(jq -r '.[0] | "\(.id) socket \(.socket) queue_pairs \(.queue_pairs) mac \(.mac) role \(.role) polling \(.polling)"' <<<"${PORT[$vm]}")"
+    check "$vm: one dataplane port for the pod" test "$(jq length <<<"${PORT[$vm]}")" = 1
+    check "$vm: port has $q queue pairs on exactly the pod's $q slots" \
+        test "$(jq -r '.[0].queue_pairs' <<<"${PORT[$vm]}")/$pslots" = "$q/$slots" -a "$(tr ',' '\n' <<<"$slots" | grep -c .)" = "$q"
+    port_up() { [[ $(port_of "$1" | jq -r '.[0].status | "\(.connected)/\(.enabled_pairs)"') == "true/$2" ]]; }
+    check "$vm: port connected with $q pairs enabled" vmqc_poll 30 1 port_up "$vm" "$q"
+    check "$vm: domain has a vhost-user interface with queues=$q" domain_queues "$vm" "$q"
+}
+# domain_queues VM Q: the running domain's vhost-user NIC (virsh in the compute container)
+domain_queues() {
+    local x
+    x=$(k -n "$NS" exec "${POD[$1]}" -c compute -- \
+        virsh -c 'qemu+unix:///session?socket=/var/run/libvirt/virtqemud-sock' dumpxml "${NS}_$1" 2>/dev/null) || return 1
+    echo "$x" >"$OUT/domain-$1.xml"
+    grep -A8 "<interface type='vhostuser'>" "$OUT/domain-$1.xml" | grep -q "queues='$2'"
+}
+
+boot_vm vm1 4 1Gi 4 "vmq.ip=10.0.0.1/24 vmq.queues=4 vmq.role=server" || true
+boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,idle vmq.pings=10 vmq.streams=16 vmq.time=5" || true
+
+# ------------------------------------------------------------------ traffic
+step "vm2 -> vm1: ping and iperf3 both ways"
+if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT reach ' 150; then
+    T[ping]=$(vmqc_secs "${T[vm2_t0]}")
+    check "vm2 reaches vm1 ($(vmq_result_line "$OUT/console-vm2.log" reach))" test "$(res vm2 reach ok)" = 1
+    wait_console vm2 '^VHOSTMQ-RESULT role-done role=client ' 240 || true
+    check "ping vm2 -> vm1: $(res vm2 ping received)/$(res vm2 ping sent) replies, rtt avg $(res vm2 ping rtt_avg_ms) ms" \
+        test "$(res vm2 ping received)" -gt 0 2>/dev/null
+    for d in forward reverse; do
+        line=$(tr -d '\r' <"$OUT/console-vm2.log" | awk -v d="$d" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == "dir=" d { l = $0 } END { print l }')
+        gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        T[iperf_$d]=${gbps:-none}
+        check "iperf3 $d (vm2 $([[ $d == forward ]] && echo '->' || echo '<-') vm1, -P 16): ${gbps:-?} Gbit/s" \
+            awk -v g="${gbps:-0}" -v l="$line" 'BEGIN { exit !(g > 0 && l ~ / rc=0 /) }'
+    done
+else
+    fail "vm2 reports whether vm1 is reachable"
+fi
+ctl -o json queues >"$OUT/queues.json" 2>/dev/null || true
+busy_pairs() { # VM: "pair:rx:tx" of the VM's port, one a line
+    local id
+    id=$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")
+    jq -r --arg id "$id" '[.slots[].queues[] | select(.port == $id)] | sort_by(.pair)[] | "\(.pair):\(.rx_packets):\(.tx_packets)"' "$OUT/queues.json"
+}
+all_busy() { # VM Q: every one of the Q pairs has rx and tx packets
+    local n
+    n=$(busy_pairs "$1" | awk -F: '$2 > 0 && $3 > 0' | wc -l)
+    [[ $n == "$2" ]]
+}
+for v in vm1:4 vm2:2; do
+    vm=${v%:*} q=${v#*:}
+    echo "    $vm port per pair (pair:rx_packets:tx_packets): $(busy_pairs "$vm" | tr '\n' ' ')"
+    check "$vm: all $q queue pairs carried traffic both ways" all_busy "$vm" "$q"
+done
+console vm1 || true
+vmq_result_line "$OUT/console-vm1.log" guest-queues | sed 's/^/    vm1 guest counters (last iperf3 session): /'
+vmq_result_line "$OUT/console-vm2.log" guest-queues | sed 's/^/    vm2 guest counters: /'
+mac1=$(res vm1 link mac)
+echo "    vm1 guest MAC $mac1, port MAC $(jq -r '.[0].mac' <<<"${PORT[vm1]:-[]}")"
+
+# ------------------------------------------------------------------ delete
+step "delete the VMs"
+T_DEL=$(vmq_now)
+k -n "$NS" delete vm vm1 vm2 --ignore-not-found --wait=true --timeout 180s >/dev/null || true
+pods_gone() { [[ -z $(k -n "$NS" get pods -l kubevirt.io=virt-launcher -o name 2>/dev/null) ]]; }
+check "launcher pods gone" vmqc_poll 180 1 pods_gone
+T[pods_gone]=$(vmqc_secs "$T_DEL")
+no_ports() { [[ $(ctl -o json port list | jq '.ports | length') == 0 ]]; }
+check "no dataplane port left" vmqc_poll 60 1 no_ports
+no_sockets() { [[ -z $(find "$SOCK_DIR" -type s ! -path "$API_SOCK" ! -name api.sock 2>/dev/null) ]]; }
+check "no socket left in $SOCK_DIR (but the agent's api.sock)" vmqc_poll 30 1 no_sockets
+no_devinfo() { [[ -z $(find "$DEVINFO" -type f 2>/dev/null) ]]; }
+check "no device-info file left in $DEVINFO" vmqc_poll 60 1 no_devinfo
+no_alloc() { [[ -z $(find "$SOCK_DIR" -mindepth 1 -maxdepth 1 -name 'qp-*' 2>/dev/null) && -z $(find "$SOCK_DIR" -maxdepth 1 -name '.qp-*' 2>/dev/null) ]]; }
+if vmqc_poll "$RECLAIM_TIMEOUT" 1 no_alloc; then
+    T[reclaim]=$(vmqc_secs "$T_DEL")
+    pass "no allocation directory (qp-*) left (device plugin reclaim, ${T[reclaim]} s after delete)"
+else
+    fail "no allocation directory left: $(find "$SOCK_DIR" -mindepth 1 -maxdepth 1 -name '*qp-*' | tr '\n' ' ')"
+fi
+check "node allocatable $RES back to 8" vmqc_poll 30 1 alloc 8
+find "$SOCK_DIR" "$DEVINFO" -mindepth 1 2>/dev/null | sed 's/^/    left: /'
+
+# ------------------------------------------------------------------ summary
+echo
+echo "===== real KubeVirt $KV_VERSION + vhostmq ($(cat "$VMKV_RUN/timings" 2>/dev/null))"
+for vm in vm1 vm2; do
+    echo "$vm: launcher pod ${T[${vm}_pod]:--} s, VMI Running ${T[${vm}_running]:--} s, guest boot line ${T[${vm}_boot]:--} s, link up ${T[${vm}_link]:--} s (after create)"
+done
+echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG)"
+echo "delete -> launcher pods gone ${T[pods_gone]:--} s, allocations reclaimed ${T[reclaim]:--} s"
+echo "whole test $(vmqc_secs "$T_TEST") s; guest consoles and logs in $OUT"
+echo "$passed passed, $failed failed"
+((failed == 0))
