@@ -350,7 +350,9 @@ cmd_down() {
     set +e
     vmkv_stop_webhook
     stop_kube_proxy
-    if [[ -f $VMKV_RUN/cluster-started ]] || { vmqc_is_up && ours; } || { [[ -d $VMQC_RUN ]] && ! vmqc_is_up; }; then
+    # only a cluster up started (a half-started one of somebody else's
+    # cluster.sh up is not ours to take down)
+    if [[ -f $VMKV_RUN/cluster-started ]] || { vmqc_is_up && ours; }; then
         "$CLUSTER" down 8<&-
     elif vmqc_is_up; then
         vmq_log "the cluster that is up is not ours; leaving it"
