@@ -218,6 +218,9 @@ else
 fi
 
 # ------------------------------------------------------------------ 4. guest kernel image
+# the guest kernel (unpacked linux-image into /var/cache/vhostmq/guest-kernel),
+# busybox-static, iperf3, ethtool: a no-op when they are there
+"$VMQ_HACK_DIR/install-deps.sh" >/dev/null || vmq_die "hack/install-deps.sh failed"
 vmq_build_guest
 vmq_guest_env
 [[ -n ${GUEST_VMLINUX:-} && -f $GUEST_VMLINUX ]] || vmq_die "the guest image has no vmlinux (hack/guest/build.sh)"
