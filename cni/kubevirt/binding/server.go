@@ -32,8 +32,10 @@ type Config struct {
 	// HookName is what Info reports and the socket's base name.
 	HookName string
 	// PluginName is the binding name VMI interfaces use
-	// (spec.domain.devices.interfaces[].binding.name); KubeVirt passes it
-	// as NETWORK_BINDING_PLUGIN_NAME.
+	// (spec.domain.devices.interfaces[].binding.name). KubeVirt (v1.7.0)
+	// does not tell the sidecar the name it was registered under (it sets
+	// only CONTAINER_NAME and passes no arguments), so it must match the
+	// registration: DefaultPluginName unless the image says otherwise.
 	PluginName string
 	// NetworkInfo is KubeVirt's downward-API file.
 	NetworkInfo string
