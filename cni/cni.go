@@ -243,6 +243,16 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS MAC: "+err.Error(), "")
 		}
 	}
+	if mac == nil && pv != nil {
+		// A VM's NIC: the MAC the binding sidecar gives the guest.
+		s, err := pv.vmiMAC(args.IfName)
+		if err != nil {
+			return nil, err
+		}
+		if s != "" {
+			mac, _ = net.ParseMAC(s)
+		}
+	}
 	if mac == nil {
 		mac = generatedMAC(args.ContainerID, args.IfName)
 	}

@@ -69,6 +69,7 @@ func kubeconfigPath(conf *NetConf) string {
 type podView struct {
 	pod    *corev1.Pod
 	lookup podnet.Lookup
+	vmi    *vmi.VMI // of a virt-launcher pod, once read
 }
 
 // readPod reads the pod named in CNI_ARGS. It returns nil (and no error)
@@ -119,28 +120,52 @@ func apiError(what string, err error) error {
 	return types.NewError(code, what, err.Error())
 }
 
-// vmiQueues applies the binding sidecar's queue rule to the VMI behind a
-// virt-launcher pod; ok is false for other pods.
-func (v *podView) vmiQueues() (q uint32, from string, ok bool, err error) {
+// launcherVMI returns the VMI behind a virt-launcher pod (read once), or
+// nil for other pods.
+func (v *podView) launcherVMI() (*vmi.VMI, error) {
 	name := podnet.LauncherOf(v.pod)
-	if name == "" {
-		return 0, "", false, nil
+	if name == "" || v.vmi != nil {
+		return v.vmi, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	b, err := v.lookup.VMI(ctx, v.pod.Namespace, name)
 	if err != nil {
-		return 0, "", false, apiError("reading VirtualMachineInstance "+v.pod.Namespace+"/"+name, err)
+		return nil, apiError("reading VirtualMachineInstance "+v.pod.Namespace+"/"+name, err)
 	}
 	x, err := vmi.Parse(b)
 	if err != nil {
-		return 0, "", false, types.NewError(types.ErrDecodingFailure, "VirtualMachineInstance "+name, err.Error())
+		return nil, types.NewError(types.ErrDecodingFailure, "VirtualMachineInstance "+name, err.Error())
+	}
+	v.vmi = x
+	return x, nil
+}
+
+// vmiQueues applies the binding sidecar's queue rule to the VMI behind a
+// virt-launcher pod; ok is false for other pods.
+func (v *podView) vmiQueues() (q uint32, from string, ok bool, err error) {
+	x, err := v.launcherVMI()
+	if err != nil || x == nil {
+		return 0, "", false, err
 	}
 	n, _, err := x.Queues()
 	if err != nil {
-		return 0, "", false, types.NewError(ErrBadAnnotation, "VirtualMachineInstance "+name+": "+err.Error(), "")
+		return 0, "", false, types.NewError(ErrBadAnnotation, "VirtualMachineInstance "+x.Metadata.Name+": "+err.Error(), "")
 	}
-	return uint32(n), "VirtualMachineInstance " + name, true, nil
+	return uint32(n), "VirtualMachineInstance " + x.Metadata.Name, true, nil
+}
+
+// vmiMAC is the guest MAC of the VMI interface behind pod interface
+// ifname, as the binding sidecar computes it; "" for other pods.
+func (v *podView) vmiMAC(ifname string) (string, error) {
+	x, err := v.launcherVMI()
+	if err != nil || x == nil {
+		return "", err
+	}
+	if network := x.NetworkOfPodInterface(ifname); network != "" {
+		return x.MAC(network), nil
+	}
+	return "", nil
 }
 
 // networks counts the pod's networks that use resourceName.

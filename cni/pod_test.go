@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -297,5 +298,33 @@ func TestLauncherPodQueuesFromVMI(t *testing.T) {
 	err := CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"kubeconfig":%q,"deviceID":"c0-s0"`, kc))))
 	if te := cniErr(t, err); te.Code != ErrNoAllocation || !strings.Contains(te.Msg, "2 vhostmq networks × 4 queue pairs (from VirtualMachineInstance vm1) need 8 queue slots, the pod has 3") {
 		t.Errorf("3 slots: %v", err)
+	}
+}
+
+// The port of a VM's NIC gets the MAC the binding sidecar gives the guest
+// (KubeVirt passes the CNI no MAC unless the VMI sets one).
+func TestLauncherPodMACMatchesTheSidecar(t *testing.T) {
+	vmiJSON := `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","metadata":{"name":"vm1","namespace":"ns1","uid":"0b7c-uid"},
+	 "spec":{"domain":{"devices":{"interfaces":[{"name":"fast","binding":{"name":"vhostmq"}},{"name":"fixed","binding":{"name":"vhostmq"},"macAddress":"CA:FE:00:00:00:01"}]}},
+	 "networks":[{"name":"fast","multus":{"networkName":"vhu-net"}},{"name":"fixed","multus":{"networkName":"vhu-net"}}]}}`
+	pod := launcherPod(nil)
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1", UID: "x"}}
+	kc, _ := apiServer(t, pod, "/apis/kubevirt.io/v1/namespaces/ns1/virtualmachineinstances/vm1", vmiJSON)
+	v, err := vmi.Parse([]byte(vmiJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	e.allocate("c0-s0", "c0-s1")
+	for _, tc := range []struct{ network, want string }{{"fast", v.MAC("fast")}, {"fixed", "ca:fe:00:00:00:01"}} {
+		ifname := vmi.PodInterfaceName(tc.network)
+		dev := map[string]string{"fast": "c0-s0", "fixed": "c0-s1"}[tc.network]
+		res := mustAdd(t, cmdArgs(cid, ifname, e.conf(fmt.Sprintf(`,"kubeconfig":%q,"deviceID":%q,"queuePairs":1`, kc, dev))))
+		if res.Interfaces[0].Mac != tc.want {
+			t.Errorf("%s (%s): MAC %s, want %s", tc.network, ifname, res.Interfaces[0].Mac, tc.want)
+		}
+	}
+	if m := v.MAC("fast"); m == v.MAC("other") || m[1] != '2' && m[1] != '6' && m[1] != 'a' && m[1] != 'e' {
+		t.Errorf("derived MAC %s: not per interface or not locally administered unicast", m)
 	}
 }

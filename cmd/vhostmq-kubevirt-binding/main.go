@@ -1,6 +1,8 @@
 // Command vhostmq-kubevirt-binding is vhostmq's KubeVirt network binding
 // sidecar (see package binding). KubeVirt starts it in the virt-launcher
-// pod without arguments; NETWORK_BINDING_PLUGIN_NAME names the binding.
+// pod without arguments, and (v1.7) without the binding's name: the
+// registration in the KubeVirt CR must use the default name "vhostmq",
+// or NETWORK_BINDING_PLUGIN_NAME / --binding must say the other one.
 package main
 
 import (

@@ -97,15 +97,10 @@ func Mutate(domainXML []byte, v *vmi.VMI, ni *NetworkInfo, plugin string, log *s
 			Driver: &libvirtxml.DomainInterfaceDriver{Queues: uint(queues), RXQueueSize: rx, TXQueueSize: tx},
 			Alias:  &libvirtxml.DomainAlias{Name: AliasPrefix + iface.Name},
 		}
-		if mac := macFor(iface, ni); mac != "" {
-			want.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
-		}
+		want.MAC = &libvirtxml.DomainInterfaceMAC{Address: macFor(v, iface, ni)}
 		if i := findAlias(dom.Devices.Interfaces, want.Alias.Name); i >= 0 {
 			old := dom.Devices.Interfaces[i]
 			want.Address, want.ACPI, want.Boot, want.ROM = old.Address, old.ACPI, old.Boot, old.ROM
-			if want.MAC == nil {
-				want.MAC = old.MAC
-			}
 			dom.Devices.Interfaces[i] = want
 		} else {
 			dom.Devices.Interfaces = append(dom.Devices.Interfaces, want)
@@ -143,7 +138,9 @@ func source(ni *NetworkInfo, name string) (*libvirtxml.DomainChardevSourceUNIX, 
 	return nil, fmt.Errorf("interface %s: %w in network-info (is the binding registered with downwardAPI: device-info, and did the vhostmq CNI run for it?)", name, ErrNoDeviceInfo)
 }
 
-func macFor(iface vmi.Interface, ni *NetworkInfo) string {
+// macFor is the VMI's MAC for iface, else network-info's (the CNI's
+// port), else the one derived from the VMI (the CNI derives the same).
+func macFor(v *vmi.VMI, iface vmi.Interface, ni *NetworkInfo) string {
 	if iface.MacAddress != "" {
 		return strings.ToLower(iface.MacAddress)
 	}
@@ -154,7 +151,7 @@ func macFor(iface vmi.Interface, ni *NetworkInfo) string {
 			}
 		}
 	}
-	return ""
+	return v.MAC(iface.Name)
 }
 
 func findAlias(ifaces []libvirtxml.DomainInterface, alias string) int {

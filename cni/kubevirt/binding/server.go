@@ -95,6 +95,17 @@ func (s *Server) OnDefineDomain(_ context.Context, p *v1alpha3.OnDefineDomainPar
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	log := s.log.With("vmi", v.Metadata.Namespace+"/"+v.Metadata.Name)
+	if len(v.BoundTo(s.cfg.PluginName)) == 0 {
+		// KubeVirt started this sidecar for some binding; if none of the
+		// VMI's is ours, the registration name differs from ours.
+		var names []string
+		for _, i := range v.Spec.Domain.Devices.Interfaces {
+			if i.Binding != nil {
+				names = append(names, i.Binding.Name)
+			}
+		}
+		log.Warn("no interface uses this binding; is it registered under another name?", "binding", s.cfg.PluginName, "vmiBindings", names)
+	}
 	var ni *NetworkInfo
 	if len(v.BoundTo(s.cfg.PluginName)) > 0 {
 		b, err := os.ReadFile(s.cfg.NetworkInfo)

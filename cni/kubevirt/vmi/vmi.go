@@ -8,10 +8,14 @@
 package vmi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -162,4 +166,40 @@ func (v *VMI) QueueSizes() (rx, tx uint, err error) {
 	}
 	tx, err = size(AnnotationTxQueueSize)
 	return rx, tx, err
+}
+
+// PodInterfaceName is the name KubeVirt gives the pod interface of a VMI
+// network ("pod" and the first 11 hex digits of the SHA-256 of the
+// network name): Multus passes it to the CNI as CNI_IFNAME.
+func PodInterfaceName(network string) string {
+	sum := sha256.Sum256([]byte(network))
+	return "pod" + hex.EncodeToString(sum[:])[:11]
+}
+
+// NetworkOfPodInterface returns the VMI network whose pod interface is
+// ifname, or "".
+func (v *VMI) NetworkOfPodInterface(ifname string) string {
+	for _, n := range v.Spec.Networks {
+		if PodInterfaceName(n.Name) == ifname {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// MAC is the guest MAC of interface name: the VMI's macAddress, else one
+// derived from the VMI's UID and the interface name, so that the binding
+// sidecar (the guest NIC) and the CNI (the port, network-status) agree
+// without talking, and a migration target derives the same one. It is a
+// locally administered unicast address.
+func (v *VMI) MAC(name string) string {
+	for _, i := range v.Spec.Domain.Devices.Interfaces {
+		if i.Name == name && i.MacAddress != "" {
+			return strings.ToLower(i.MacAddress)
+		}
+	}
+	sum := sha256.Sum256([]byte("vhostmq-mac/" + v.Metadata.UID + "/" + name))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = mac[0]&0xfc | 0x02
+	return mac.String()
 }
