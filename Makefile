@@ -14,7 +14,7 @@ demo: build ## Boot two QEMU guests on the dataplane, ping and iperf3 between th
 	hack/demo.sh
 
 .PHONY: test
-test: verify test-unit test-race test-e2e test-cluster ## Everything CI runs: checks, unit/integration tests, fuzz seeds, QEMU and DPDK end-to-end tests, the device plugin on a real Kubernetes node
+test: verify test-unit test-race test-e2e test-cluster test-kubevirt ## Everything CI runs: checks, unit/integration tests, fuzz seeds, QEMU, DPDK, CNI and libvirt end-to-end tests, device plugin and CNI on a real Kubernetes node, VMs on a real KubeVirt
 
 ##@ Build
 
@@ -44,6 +44,10 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
 	hack/cluster/test-deviceplugin.sh
 	hack/cluster/test-cni.sh
+
+.PHONY: test-kubevirt
+test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/kubevirt/; KubeVirt and its images are built once per machine and cached)
+	hack/kubevirt/test.sh
 
 .PHONY: bench
 bench: ## In-process Go benchmarks (ns/frame of a forwarding pass, 0 allocs); the DPDK peer comparison is still to come
