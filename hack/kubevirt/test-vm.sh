@@ -364,7 +364,37 @@ console vm1 || true
 vmq_result_line "$OUT/console-vm1.log" guest-queues | sed 's/^/    vm1 guest counters (last iperf3 session): /'
 vmq_result_line "$OUT/console-vm2.log" guest-queues | sed 's/^/    vm2 guest counters: /'
 mac1=$(res vm1 link mac)
-echo "    vm1 guest MAC $mac1, port MAC $(jq -r '.[0].mac' <<<"${PORT[vm1]:-[]}")"
+pmac1=$(jq -r '.[0].mac' <<<"${PORT[vm1]:-[]}")
+check "vm1 guest MAC $mac1 = its port's MAC (sidecar and CNI derive the same)" test "${mac1,,}" = "${pmac1,,}"
+
+# ------------------------------------------------------------------ webhook, more shapes
+step "webhook: a virt-launcher-shaped pod with two vhostmq networks; bad annotations"
+vmi_uid=$(k -n "$NS" get vmi vm1 -o jsonpath='{.metadata.uid}')
+launcher_pod() { # ANNOTATION-LINE: a pod like vm1's launcher, two vhostmq networks, server-side dry run
+    k -n "$NS" create --dry-run=server -o json -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  generateName: virt-launcher-shape-
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '[{"name":"vhu-net","interface":"pod115dc3606fb"},{"name":"vhu-net","interface":"pod0123456789a"}]'
+    $1
+  ownerReferences: [{apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, name: vm1, uid: "$vmi_uid", controller: true}]
+spec:
+  containers:
+    - name: compute
+      image: $VMQC_BUSYBOX_IMAGE
+      resources: {limits: {$RES: 2}, requests: {$RES: 2}}
+EOF
+}
+shape=$(launcher_pod 'kubevirt.io/domain: vm1' 2>&1 || true)
+check "two networks x vm1's 4 queue pairs: compute asks $RES = 8, annotated vhostmq.io/queues=4" \
+    test "$(jq -r --arg r "$RES" '[.spec.containers[0].resources.limits[$r], .spec.containers[0].resources.requests[$r], .metadata.annotations["vhostmq.io/queues"]] | join(",")' <<<"$shape" 2>/dev/null)" = "8,8,4"
+for bad in 'vhostmq.io/polling: spin' 'vhostmq.io/queues: "0"' 'vhostmq.io/socket-mode: both'; do
+    msg=$(launcher_pod "$bad" 2>&1 || true)
+    key=${bad%%:*}
+    check "webhook refuses $bad, naming $key" grep -q "vhostmq: annotation $key" <<<"$msg"
+done
 
 # ------------------------------------------------------------------ delete
 step "delete the VMs"
