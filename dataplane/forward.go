@@ -179,7 +179,17 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
-	defer func() { s.culprit = prev }()
+	ok := w.deliverLocked(rv, rq, src, head, srcHdr, frameLen)
+	// Restored on a normal return only: after a fault in rv's memory
+	// serveSafely must find rv, not the source ring, as the culprit. (One
+	// defer and few returns also keep the defer open-coded.)
+	s.culprit = prev
+	return ok
+}
+
+// deliverLocked is deliver's copy into rq; the caller holds rv's lock.
+func (w *worker) deliverLocked(rv *netdev.Vring, rq *virtq.Queue, src *virtq.Queue, head uint16, srcHdr, frameLen int) bool {
+	s := &w.s
 	avail, err := rq.Pending()
 	if err != nil {
 		w.breakVring(rv, err)

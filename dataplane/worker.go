@@ -164,7 +164,13 @@ func (w *worker) routine() {
 	defer w.dp.log.Debug("worker stopped", "worker", w.id)
 	idleSince := int64(0)
 	for !w.stopping.Load() {
-		w.passes.Add(1)
+		if w.passes.Add(1)%disarmPasses == 0 {
+			// Rings started while the worker polls still ask for kicks
+			// (only a wake-up disarms them, and a busy worker never
+			// sleeps); ask again. arm() runs before every sleep, so no
+			// wake-up can be lost.
+			w.disarm()
+		}
 		if w.pass() {
 			idleSince = 0
 			continue
@@ -192,6 +198,10 @@ func (w *worker) routine() {
 		w.disarm()
 	}
 }
+
+// disarmPasses is how often (in passes) a polling worker asks its guests
+// again not to kick.
+const disarmPasses = 1024
 
 // adaptiveIdle is how long an adaptive worker keeps polling without work
 // before it sleeps: long enough to catch the next burst of a busy flow
