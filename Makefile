@@ -39,6 +39,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-dpdk.sh
 	hack/e2e-cni.sh
 	hack/e2e-kubevirt-libvirt.sh
+	hack/bench/run.sh --smoke
 
 .PHONY: test-cluster
 test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
@@ -50,7 +51,9 @@ test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/ku
 	hack/kubevirt/test.sh
 
 .PHONY: bench
-bench: ## In-process Go benchmarks (ns/frame of a forwarding pass, 0 allocs); the DPDK peer comparison is still to come
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), then the in-process Go benchmarks
+	hack/install-deps.sh --no-kernel
+	hack/bench/run.sh $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 
 .PHONY: fuzz
