@@ -272,6 +272,25 @@ check "(a) NAD vhu-net exists with resourceName $RES" \
     test "$(k get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}')" = "$RES"
 echo "    spec.config: $nad_conf"
 
+# The Helm chart's rendering, validated by this API server (Kubernetes 1.37
+# schemas, admission, the NAD CRD): server-side dry run, nothing created
+# but a scratch namespace. hack/manifests.sh builds and caches helm.
+step "(a) charts/vhostmq renders and passes server-side validation"
+helm=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
+[[ -x $helm ]] || "$HERE/../manifests.sh" >/dev/null
+chart_ns=vhostmq-chart-check
+chart_check() {
+    k create namespace "$chart_ns" >/dev/null 2>&1 || true
+    "$helm" template vhostmq "$HERE/../../charts/vhostmq" --namespace "$chart_ns" --kube-version 1.37.2 \
+        --set metrics.enabled=true >"$work/chart.yaml" || return 1
+    k apply --dry-run=server -f "$work/chart.yaml" >"$work/chart-dryrun.log" 2>&1
+}
+chart_ok=0
+chart_check && chart_ok=1
+check "(a) helm template | kubectl apply --dry-run=server: $(grep -c '^kind:' "$work/chart.yaml" 2>/dev/null || echo 0) objects valid" test "$chart_ok" = 1
+((chart_ok)) || sed 's/^/    /' "$work/chart-dryrun.log" 2>/dev/null || true
+k delete namespace "$chart_ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+
 # pod NAME NETWORKS EXTRA_ANNOTATION_LINE: a busybox pod asking for 4 queue pairs
 bad_pod() {
     cat <<EOF
