@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
 )
@@ -67,10 +68,7 @@ func PortID(containerID, ifname string) string {
 // generatedMAC is a locally administered unicast address derived from the
 // attachment.
 func generatedMAC(containerID, ifname string) net.HardwareAddr {
-	sum := sha256.Sum256([]byte("mac/" + containerID + "/" + ifname))
-	mac := net.HardwareAddr(sum[:6])
-	mac[0] = mac[0]&0xfc | 0x02
-	return mac
+	return vmi.DerivedMAC("mac/" + containerID + "/" + ifname)
 }
 
 func dial(path string) (agentv1.AgentClient, func(), error) {

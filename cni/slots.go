@@ -186,11 +186,8 @@ func podDevices(socket, resource string, pod podArgs) (map[string][]string, erro
 			continue
 		}
 		for _, c := range p.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == resource {
-					// One entry per device when devices carry topology.
-					out[c.GetName()] = append(out[c.GetName()], d.GetDeviceIds()...)
-				}
+			if ids := plugin.ContainerDevices(c, resource); len(ids) > 0 {
+				out[c.GetName()] = append(out[c.GetName()], ids...)
 			}
 		}
 	}

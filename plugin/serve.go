@@ -272,15 +272,7 @@ func (p *Plugin) liveAllocations(ctx context.Context) (map[string]bool, error) {
 	live := map[string]bool{}
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
-			// With NUMA topology the kubelet lists one entry per device:
-			// the allocation is the union over the container's entries.
-			var ids []string
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == p.cfg.ResourceName {
-					ids = append(ids, d.GetDeviceIds()...)
-				}
-			}
-			if len(ids) > 0 {
+			if ids := ContainerDevices(c, p.cfg.ResourceName); len(ids) > 0 {
 				live[AllocationDir(ids)] = true
 			}
 		}
@@ -366,4 +358,17 @@ func (p *Plugin) cleanupDevInfo() {
 	for _, f := range files {
 		os.Remove(f)
 	}
+}
+
+// ContainerDevices is a container's device IDs of resource as the
+// kubelet's pod-resources API lists them: with NUMA topology there is one
+// entry per device, so the allocation is the union over the entries.
+func ContainerDevices(c *podresourcesapi.ContainerResources, resource string) []string {
+	var ids []string
+	for _, d := range c.GetDevices() {
+		if d.GetResourceName() == resource {
+			ids = append(ids, d.GetDeviceIds()...)
+		}
+	}
+	return ids
 }

@@ -218,26 +218,7 @@ setup_cni() {
         cp "$CNI_CONFLIST" "$CNI_CONF/"
         return 0
     fi
-    cat >"$CNI_CONF/10-vhostmq-cluster.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "vhostmq-cluster",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$VMQC_POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$VMQC_RUN/cni/ipam"
-      }
-    }
-  ]
-}
-EOF
+    vmqc_default_conflist "$CNI_CONF/10-vhostmq-cluster.conflist"
 }
 
 write_containerd_config() {

@@ -252,3 +252,50 @@ vmqc_import() {
         vmqc_ctr images import "$f" >/dev/null || vmq_die "ctr images import $f failed"
     done
 }
+
+# vmqc_default_conflist FILE: the node's default pod network (bridge +
+# host-local on VMQC_POD_CIDR), what cluster.sh uses unless given a conflist
+vmqc_default_conflist() {
+    cat >"$1" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "vhostmq-cluster",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$VMQC_POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$VMQC_RUN/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+}
+
+# vmqc_multus_lite_conflists DIR LOG: DIR/00-multus-lite.conflist (the
+# Multus stand-in as the node's CNI, state in DIR/state, log LOG) and the
+# default network it delegates to, DIR/default.conflist
+vmqc_multus_lite_conflists() {
+    vmqc_default_conflist "$1/default.conflist"
+    cat >"$1/00-multus-lite.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "multus-lite",
+  "plugins": [
+    {
+      "type": "multus-lite",
+      "kubeconfig": "$VMQC_KUBECONFIG",
+      "clusterNetwork": "$1/default.conflist",
+      "stateDir": "$1/state",
+      "logFile": "$2"
+    }
+  ]
+}
+EOF
+}

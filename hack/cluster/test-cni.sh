@@ -193,41 +193,7 @@ if vmqc_is_up; then
 else
     rm -rf "$TDIR"
     install_cni
-    cat >"$TDIR/default.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "vhostmq-cluster",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$VMQC_POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$VMQC_RUN/cni/ipam"
-      }
-    }
-  ]
-}
-EOF
-    cat >"$TDIR/00-multus-lite.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "multus-lite",
-  "plugins": [
-    {
-      "type": "multus-lite",
-      "kubeconfig": "$VMQC_KUBECONFIG",
-      "clusterNetwork": "$TDIR/default.conflist",
-      "stateDir": "$TDIR/state",
-      "logFile": "$MLOG"
-    }
-  ]
-}
-EOF
+    vmqc_multus_lite_conflists "$TDIR" "$MLOG"
     we_started=1
     VHOSTMQ_CLUSTER_CNI_CONFLIST=$TDIR/00-multus-lite.conflist \
         VHOSTMQ_CLUSTER_CNI_PLUGINS="$TDIR/bin/multus-lite $TDIR/bin/vhostmq-cni" "$HERE/cluster.sh" up

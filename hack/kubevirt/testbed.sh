@@ -111,41 +111,7 @@ cluster_up() {
     install_cni
     # the default network multus-lite delegates to: what cluster.sh writes
     # when it is not given a conflist
-    cat >"$CNI_DIR/default.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "vhostmq-cluster",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isGateway": true,
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$VMQC_POD_CIDR"}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$VMQC_RUN/cni/ipam"
-      }
-    }
-  ]
-}
-EOF
-    cat >"$CNI_DIR/00-multus-lite.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "multus-lite",
-  "plugins": [
-    {
-      "type": "multus-lite",
-      "kubeconfig": "$VMQC_KUBECONFIG",
-      "clusterNetwork": "$CNI_DIR/default.conflist",
-      "stateDir": "$CNI_DIR/state",
-      "logFile": "$MLOG"
-    }
-  ]
-}
-EOF
+    vmqc_multus_lite_conflists "$CNI_DIR" "$MLOG"
     touch "$VMKV_RUN/cluster-started"
     VHOSTMQ_CLUSTER_CNI_CONFLIST=$CNI_DIR/00-multus-lite.conflist \
         VHOSTMQ_CLUSTER_CNI_PLUGINS="$CNI_DIR/bin/multus-lite $CNI_DIR/bin/vhostmq-cni" "$CLUSTER" up 8<&-

@@ -38,6 +38,7 @@ type NetworkRef struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace,omitempty"`
 	Interface string `json:"interface,omitempty"`
+	MAC       string `json:"mac,omitempty"`
 }
 
 // ParseNetworks reads k8s.v1.cni.cncf.io/networks in either of Multus'

@@ -198,8 +198,14 @@ func (v *VMI) MAC(name string) string {
 			return strings.ToLower(i.MacAddress)
 		}
 	}
-	sum := sha256.Sum256([]byte("vhostmq-mac/" + v.Metadata.UID + "/" + name))
+	return DerivedMAC("vhostmq-mac/" + v.Metadata.UID + "/" + name).String()
+}
+
+// DerivedMAC is a locally administered unicast address derived from seed:
+// the same seed gives the same address on every node.
+func DerivedMAC(seed string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte(seed))
 	mac := net.HardwareAddr(sum[:6])
 	mac[0] = mac[0]&0xfc | 0x02
-	return mac.String()
+	return mac
 }

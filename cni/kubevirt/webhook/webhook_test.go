@@ -245,9 +245,8 @@ func TestAdmissionOverTLS(t *testing.T) {
 		t.Fatalf("response %+v (cert %s)", r, cn)
 	}
 	var ops []PatchOp
-	json.Unmarshal(r.Patch, &ops)
-	if !strings.Contains(string(r.Patch), `"value":"8"`) {
-		t.Errorf("patch %s does not ask for 8", r.Patch)
+	if err := json.Unmarshal(r.Patch, &ops); err != nil || len(ops) != 3 || ops[0].Value != "8" || ops[1].Value != "8" || ops[2].Value != "4" {
+		t.Errorf("patch %s: want limits and requests 8, vhostmq.io/queues 4", r.Patch)
 	}
 	bad := launcher("vm4", "vhu-net")
 	bad.Annotations[AnnotationPolling] = "spin"

@@ -46,13 +46,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/vhostmq/vhostmq/cni/kubevirt/podnet"
 )
 
 const (
-	networksAnnot = "k8s.v1.cni.cncf.io/networks"
-	statusAnnot   = "k8s.v1.cni.cncf.io/network-status"
-	resourceAnnot = "k8s.v1.cni.cncf.io/resourceName"
-	devInfoDir    = "/var/run/k8s.cni.cncf.io/devinfo"
+	statusAnnot = "k8s.v1.cni.cncf.io/network-status"
+	devInfoDir  = "/var/run/k8s.cni.cncf.io/devinfo"
 )
 
 var (
@@ -91,14 +91,6 @@ type netStatus struct {
 	Default    bool            `json:"default,omitempty"`
 	DNS        types.DNS       `json:"dns"`
 	DeviceInfo json.RawMessage `json:"device-info,omitempty"`
-}
-
-// selection is one element of the networks annotation.
-type selection struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace,omitempty"`
-	Interface string `json:"interface,omitempty"`
-	MAC       string `json:"mac,omitempty"`
 }
 
 // ctx bounds the whole invocation (set in main).
@@ -193,34 +185,6 @@ func (r *run) dynamic() (dynamic.Interface, error) {
 	return dynamic.NewForConfig(rc)
 }
 
-// parseNetworks reads the networks annotation in either form.
-func parseNetworks(s, podNS string) ([]selection, error) {
-	var sel []selection
-	if s = strings.TrimSpace(s); strings.HasPrefix(s, "[") {
-		if err := json.Unmarshal([]byte(s), &sel); err != nil {
-			return nil, fmt.Errorf("%s: %w", networksAnnot, err)
-		}
-	} else if s != "" {
-		for _, item := range strings.Split(s, ",") {
-			var e selection
-			item, e.Interface, _ = strings.Cut(strings.TrimSpace(item), "@")
-			if e.Name = item; strings.Contains(item, "/") {
-				e.Namespace, e.Name, _ = strings.Cut(item, "/")
-			}
-			sel = append(sel, e)
-		}
-	}
-	for i := range sel {
-		if sel[i].Name == "" {
-			return nil, fmt.Errorf("%s: element %d has no network name", networksAnnot, i)
-		}
-		if sel[i].Namespace == "" {
-			sel[i].Namespace = podNS
-		}
-	}
-	return sel, nil
-}
-
 // podDevices returns the pod's device IDs per resource, sorted, from the
 // kubelet's pod-resources List (as Multus builds its resource map).
 func (r *run) podDevices() (map[string][]string, error) {
@@ -251,7 +215,7 @@ func (r *run) podDevices() (map[string][]string, error) {
 
 // delegates resolves the pod's networks annotation into delegates.
 func (r *run) delegates(dyn dynamic.Interface, pod *unstructured.Unstructured) ([]delegate, error) {
-	sel, err := parseNetworks(pod.GetAnnotations()[networksAnnot], r.ns)
+	sel, err := podnet.ParseNetworks(pod.GetAnnotations()[podnet.AnnotationNetworks], r.ns)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +232,7 @@ func (r *run) delegates(dyn dynamic.Interface, pod *unstructured.Unstructured) (
 			return nil, fmt.Errorf("network-attachment-definition %s: %w", d.Network, err)
 		}
 		config, _, _ := unstructured.NestedString(nad.Object, "spec", "config")
-		if res := nad.GetAnnotations()[resourceAnnot]; res != "" {
+		if res := nad.GetAnnotations()[podnet.AnnotationResourceName]; res != "" {
 			if devices == nil {
 				if devices, err = r.podDevices(); err != nil {
 					return nil, err
