@@ -2,7 +2,9 @@
 // copies the plugin binary into the host's CNI bin directory and writes
 // the kubeconfig the plugin reads pod annotations with, from the pod's
 // service account. With --watch it keeps the token fresh (service account
-// tokens are rotated), as Multus does for its own kubeconfig.
+// tokens are rotated), as Multus does for its own kubeconfig, and with
+// --daemonset it removes what it and the node agent put on the node when
+// the release is uninstalled (see uninstall.go).
 package main
 
 import (
@@ -29,6 +31,11 @@ func main() {
 	hostConfDir := flag.String("host-kubeconfig-dir", "/etc/cni/net.d/vhostmq.d", "the same directory as the host (the plugin) sees it")
 	watch := flag.Bool("watch", false, "keep running and refresh the token every --interval")
 	interval := flag.Duration("interval", time.Minute, "token refresh period with --watch")
+	daemonSet := flag.String("daemonset", "", "with --watch: the DaemonSet running this pod; when it is gone at SIGTERM (helm uninstall), remove the plugin, its kubeconfig and the agent's empty state")
+	stateDir := flag.String("state-dir", "", "the node agent's state directory, as mounted (with --daemonset)")
+	agentSock := flag.String("agent-socket", "", "the node agent's API socket, as mounted (with --daemonset)")
+	socketRoot := flag.String("socket-root", "", "the socket root directory, as mounted (with --daemonset; removed when empty)")
+	agentWait := flag.Duration("agent-wait", 8*time.Second, "with --daemonset: how long to wait at uninstall for the node agent to stop")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := install(*src, *binDir); err != nil {
@@ -50,6 +57,13 @@ func main() {
 	for {
 		select {
 		case <-ctx.Done():
+			if *daemonSet != "" {
+				onTermination(*daemonSet, nodePaths{
+					binDir: *binDir, plugin: filepath.Base(*src), confDir: *confDir,
+					stateDir: *stateDir, agentSock: *agentSock, socketRoot: *socketRoot,
+					agentWait: *agentWait, agentPoll: 100 * time.Millisecond,
+				}, log)
+			}
 			return
 		case <-t.C:
 			if err := writeKubeconfig(*confDir, *hostConfDir); err != nil {

@@ -571,3 +571,30 @@ func TestForeignSocketDirKept(t *testing.T) {
 		t.Errorf("the server-role socket was left: %v", err)
 	}
 }
+
+func TestSavedPorts(t *testing.T) {
+	dir := t.TempDir()
+	if n, err := SavedPorts(dir); n != 0 || err != nil {
+		t.Fatalf("no file: %d, %v; want 0, nil", n, err)
+	}
+	st, err := openState(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := []*agentv1.PortSpec{{Id: "a"}, {Id: "b"}}
+	if err := st.save(specs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := SavedPorts(dir); n != 2 || err != nil {
+		t.Fatalf("two ports saved: %d, %v", n, err)
+	}
+	// another schema version still counts: an uninstall keeps what VMs use
+	os.WriteFile(filepath.Join(dir, StateFileName), []byte(`{"schemaVersion":99,"ports":[{"id":"x"}]}`), 0o600)
+	if n, err := SavedPorts(dir); n != 1 || err != nil {
+		t.Fatalf("schema 99 with one port: %d, %v", n, err)
+	}
+	os.WriteFile(filepath.Join(dir, StateFileName), []byte(`{"ports":`), 0o600)
+	if _, err := SavedPorts(dir); err == nil {
+		t.Fatal("a truncated file must be an error, not 0 ports")
+	}
+}
