@@ -13,3 +13,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "vhostmq.webhookName" -}}{{ .Release.Name }}-webhook{{- end -}}
+
+{{- define "vhostmq.sidecarImage" -}}
+{{- if .Values.kubevirt.sidecarImage -}}
+{{ .Values.kubevirt.sidecarImage }}
+{{- else -}}
+{{ .Values.image.repository }}/kubevirt-binding:{{ .Values.image.tag }}
+{{- end -}}
+{{- end -}}
