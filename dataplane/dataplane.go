@@ -12,11 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
@@ -42,13 +42,12 @@ var (
 type Dataplane struct {
 	log     *slog.Logger
 	workers []*worker
-	macs    *vswitch.Table[*port]
 	macAge  time.Duration
 
 	mu     sync.Mutex
 	byName map[string]*port
-	ports  atomic.Pointer[[]*port] // every port, for flooding
-	next   int                     // round-robin start for the next port's pairs
+	nets   map[string]*network // by name; each has its own MAC table and ports
+	next   int                 // round-robin start for the next port's pairs
 
 	stopAging chan struct{}
 	agingDone chan struct{}
@@ -67,7 +66,9 @@ func (d *Dataplane) workerOn(cpu int) *worker {
 type port struct {
 	polling Polling
 	dev     *netdev.Port
-	workers []*worker // by pair
+	net     *network
+	dhcp    *dhcpResponder // nil: DHCP from this port's guest is switched like any frame
+	workers []*worker      // by pair
 	flows   vswitch.FlowTable
 	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
 }
@@ -81,9 +82,8 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MACAge <= 0 {
 		cfg.MACAge = 300 * time.Second
 	}
-	d := &Dataplane{log: log, macs: vswitch.NewTable[*port](0), macAge: cfg.MACAge, byName: map[string]*port{},
+	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{},
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
-	d.ports.Store(&[]*port{})
 	cpus := cfg.CPUs
 	if len(cpus) == 0 {
 		cpus = []int{-1}
@@ -133,6 +133,15 @@ type PortOptions struct {
 	// dataplane's CPUs. Empty spreads the pairs round-robin over the workers.
 	CPUs    []int
 	Polling Polling
+	// Network is the L2 segment the port joins ("" = the default one);
+	// ports on different networks never see each other's frames.
+	Network string
+	// VLAN is the network's 802.1Q VID on the uplink (0 = untagged); every
+	// port of a network must agree on it.
+	VLAN int
+	// DHCP, when set, makes the dataplane answer the guest's DHCPv4
+	// client with this lease instead of switching its requests.
+	DHCP *dhcp.Lease
 }
 
 // CPUs returns the CPUs the workers run on (-1: one unpinned worker).
@@ -159,7 +168,17 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	if len(opt.CPUs) != 0 && len(opt.CPUs) != cfg.QueuePairs {
 		return fmt.Errorf("port %q: %d CPUs given for %d queue pairs", cfg.Name, len(opt.CPUs), cfg.QueuePairs)
 	}
+	if opt.VLAN < 0 || opt.VLAN > vswitch.MaxVLAN {
+		return fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
+	}
 	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling}
+	if opt.DHCP != nil {
+		r, err := newDHCPResponder(*opt.DHCP)
+		if err != nil {
+			return fmt.Errorf("port %q: dhcp: %w", cfg.Name, err)
+		}
+		p.dhcp = r
+	}
 	for i := range cfg.QueuePairs {
 		w := d.workers[(d.next+i)%len(d.workers)]
 		if len(opt.CPUs) > 0 {
@@ -182,9 +201,12 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 		RARP: func(_ *netdev.Port, mac net.HardwareAddr) {
 			var m vswitch.MAC
 			copy(m[:], mac)
-			d.macs.Learn(m, p, time.Now().UnixNano())
+			p.net.macs.Learn(m, p, time.Now().UnixNano())
 			d.log.Info("guest announced after migration (RARP)", "port", cfg.Name, "mac", mac.String())
 		},
+	}
+	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
+		return fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
 	dev, err := netdev.New(cfg, d.log, hooks)
 	if err != nil {
@@ -193,12 +215,12 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	p.dev = dev
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
-	all := append(append([]*port(nil), *d.ports.Load()...), p)
-	d.ports.Store(&all)
+	d.joinNetwork(p, opt.Network, opt.VLAN)
 	for i, w := range p.workers {
 		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling})
 	}
-	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU())
+	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU(),
+		"network", opt.Network, "vlan", opt.VLAN, "dhcp", opt.DHCP != nil)
 	return nil
 }
 
@@ -211,10 +233,9 @@ func (d *Dataplane) RemovePort(name string) error {
 		return fmt.Errorf("port %q: %w", name, ErrNoPort)
 	}
 	delete(d.byName, name)
-	all := slices.DeleteFunc(append([]*port(nil), *d.ports.Load()...), func(x *port) bool { return x == p })
-	d.ports.Store(&all)
+	d.leaveNetwork(p)
 	d.mu.Unlock()
-	d.macs.Forget(p)
+	p.net.macs.Forget(p)
 	for _, w := range d.workers {
 		w.remove(p)
 	}
@@ -267,8 +288,10 @@ func (d *Dataplane) routineAging() {
 		case <-d.stopAging:
 			return
 		case now := <-t.C:
-			if n := d.macs.Age(now.UnixNano(), int64(d.macAge)); n > 0 {
-				d.log.Debug("aged out MAC addresses", "count", n)
+			for _, n := range d.networks() {
+				if c := n.macs.Age(now.UnixNano(), int64(d.macAge)); c > 0 {
+					d.log.Debug("aged out MAC addresses", "network", n.name, "count", c)
+				}
 			}
 		}
 	}

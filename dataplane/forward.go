@@ -19,6 +19,7 @@ package dataplane
 import (
 	"time"
 
+	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
@@ -114,7 +115,7 @@ func (w *worker) serveTX(a *assignment) bool {
 		var dst, smac vswitch.MAC
 		copy(dst[:], frame[0:6])
 		copy(smac[:], frame[6:12])
-		w.dp.macs.Learn(smac, src, now)
+		src.net.macs.Learn(smac, src, now)
 		hash := vswitch.FlowHash(frame)
 		src.flows.Record(hash, a.pair)
 		// Every frame that passed the checks counts as transmitted; a frame
@@ -122,8 +123,14 @@ func (w *worker) serveTX(a *assignment) bool {
 		// (rxNoBuffer/rxDisabled), one with no destination at all here.
 		pkts++
 		bytes += uint64(frameLen)
+		// DHCP from a guest whose lease the dataplane holds is answered
+		// here (local.go), never switched.
+		if src.dhcp != nil && dhcp.IsClientFrame(frame) {
+			w.answerDHCP(src, q, head, hdrLen, frameLen)
+			continue
+		}
 		if !dst.IsMulticast() {
-			if p, ok := w.dp.macs.Lookup(dst); ok {
+			if p, ok := src.net.macs.Lookup(dst); ok {
 				if p == src {
 					nodest++ // addressed to its own port: a hairpin we do not do
 				} else {
@@ -133,7 +140,7 @@ func (w *worker) serveTX(a *assignment) bool {
 			}
 		}
 		flooded := false
-		for _, p := range *w.dp.ports.Load() {
+		for _, p := range *src.net.ports.Load() {
 			if p != src {
 				w.deliver(p, q, head, hdrLen, frameLen, hash)
 				flooded = true

@@ -20,7 +20,10 @@ type PortStats struct {
 	QueuePairs   int          `json:"queuePairs"`
 	EnabledPairs int          `json:"enabledPairs"`
 	MTU          int          `json:"mtu"`
+	Network      string       `json:"network,omitempty"`
+	VLAN         int          `json:"vlan,omitempty"`
 	Queues       []QueueStats `json:"queues"`
+	DHCP         *DHCPStats   `json:"dhcp,omitempty"` // nil: the dataplane does not answer DHCP for this port
 }
 
 // QueueStats is a snapshot of one queue pair.
@@ -81,7 +84,8 @@ func (d *Dataplane) PortStats(name string) (PortStats, bool) {
 func (p *port) stats() PortStats {
 	cfg := p.dev.Config()
 	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
-		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU()}
+		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU(), Network: p.net.name, VLAN: p.net.vlan,
+		DHCP: p.dhcp.stats()}
 	vr := p.dev.Vrings()
 	for i := range cfg.QueuePairs {
 		rx, tx := vr[2*i], vr[2*i+1]
