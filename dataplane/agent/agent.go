@@ -217,7 +217,13 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 	for _, s := range slots {
 		cpus = append(cpus, s.cpu)
 	}
-	if err := a.dp.AddPort(netdevConfig(spec), dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling)}); err != nil {
+	opt := dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling), Network: spec.Network, VLAN: int(spec.Vlan)}
+	if spec.Dhcp {
+		if opt.DHCP, err = leaseOf(spec); err != nil {
+			return nil, err // validated above: not reached
+		}
+	}
+	if err := a.dp.AddPort(netdevConfig(spec), opt); err != nil {
 		if created != "" {
 			os.Remove(created)
 		}

@@ -321,7 +321,7 @@ func TestRestartRestoresPorts(t *testing.T) {
 	defer fb.Close()
 	exchange(t, fa, fb)
 	stored, err := os.ReadFile(filepath.Join(e.state, stateName))
-	if err != nil || !bytes.Contains(stored, []byte(`"schemaVersion": 1`)) || !bytes.Contains(stored, []byte(`"id": "a"`)) {
+	if err != nil || !bytes.Contains(stored, []byte(`"schemaVersion": 2`)) || !bytes.Contains(stored, []byte(`"id": "a"`)) {
 		t.Fatalf("state file: %v\n%s", err, stored)
 	}
 
@@ -407,10 +407,10 @@ func TestCorruptStateKeptAside(t *testing.T) {
 	}
 	// A newer schema is refused the same way, not misread.
 	e.stop()
-	os.WriteFile(filepath.Join(state, stateName), []byte(`{"schemaVersion": 2, "ports": []}`), 0o600)
+	os.WriteFile(filepath.Join(state, stateName), []byte(`{"schemaVersion": 3, "ports": []}`), 0o600)
 	start(t, dir, nil, 1)
 	if aside, _ := filepath.Glob(filepath.Join(state, stateName+".corrupt-*")); len(aside) < 1 {
-		t.Errorf("schema 2 file not kept aside")
+		t.Errorf("schema 3 file not kept aside")
 	}
 }
 

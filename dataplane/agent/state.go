@@ -14,8 +14,12 @@ import (
 )
 
 // stateSchema is the version of ports.json; a file with another version is
-// refused rather than misread.
-const stateSchema = 1
+// refused rather than misread. Version 2 added network, vlan, ip and dhcp
+// to the port spec; a version 1 file reads as version 2 with none of them.
+const stateSchema = 2
+
+// oldestSchema is the oldest version this agent still reads.
+const oldestSchema = 1
 
 const stateName = "ports.json"
 
@@ -65,8 +69,8 @@ func decodeState(b []byte) ([]*agentv1.PortSpec, error) {
 	if err := json.Unmarshal(b, &sj); err != nil {
 		return nil, err
 	}
-	if sj.SchemaVersion != stateSchema {
-		return nil, fmt.Errorf("schemaVersion %d, this agent reads %d", sj.SchemaVersion, stateSchema)
+	if sj.SchemaVersion < oldestSchema || sj.SchemaVersion > stateSchema {
+		return nil, fmt.Errorf("schemaVersion %d, this agent reads %d..%d", sj.SchemaVersion, oldestSchema, stateSchema)
 	}
 	var out []*agentv1.PortSpec
 	for i, raw := range sj.Ports {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
@@ -50,6 +51,7 @@ func normalize(spec *agentv1.PortSpec) *agentv1.PortSpec {
 			n.Mac = mac.String()
 		}
 	}
+	normalizeIP(n.Ip)
 	return n
 }
 
@@ -120,7 +122,7 @@ func (a *Agent) validate(s *agentv1.PortSpec, static bool) error {
 			return invalid("labels", "label %q is empty, too long or has spaces", k)
 		}
 	}
-	return nil
+	return a.validateNetwork(s)
 }
 
 // under reports whether path lies strictly below root.
@@ -155,6 +157,14 @@ func firstDifference(a, b *agentv1.PortSpec) string {
 		return "polling"
 	case !sameLabels(a.Labels, b.Labels):
 		return "labels"
+	case a.Network != b.Network:
+		return "network"
+	case a.Vlan != b.Vlan:
+		return "vlan"
+	case !proto.Equal(a.Ip, b.Ip):
+		return "ip"
+	case a.Dhcp != b.Dhcp:
+		return "dhcp"
 	}
 	return ""
 }

@@ -128,19 +128,32 @@ func (PollingMode) EnumDescriptor() ([]byte, []int) {
 }
 
 type PortSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`                                   // [A-Za-z0-9._-], 1..63 bytes
-	SocketPath    string                 `protobuf:"bytes,2,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"` // absolute, < 108 bytes
-	Role          Role                   `protobuf:"varint,3,opt,name=role,proto3,enum=vhostmq.agent.v1.Role" json:"role,omitempty"`
-	QueuePairs    uint32                 `protobuf:"varint,4,opt,name=queue_pairs,json=queuePairs,proto3" json:"queue_pairs,omitempty"`    // 1..128
-	Slots         []string               `protobuf:"bytes,5,rep,name=slots,proto3" json:"slots,omitempty"`                                 // slot IDs serving the pairs (pair i on slots[i % len]); empty = any free
-	Mac           string                 `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`                                     // optional, e.g. 52:54:00:12:34:56
-	Mtu           uint32                 `protobuf:"varint,7,opt,name=mtu,proto3" json:"mtu,omitempty"`                                    // 68..9702; 0 = 1500
-	SocketUid     *uint32                `protobuf:"varint,8,opt,name=socket_uid,json=socketUid,proto3,oneof" json:"socket_uid,omitempty"` // owner of the socket directory (and socket, server role)
-	SocketGid     *uint32                `protobuf:"varint,9,opt,name=socket_gid,json=socketGid,proto3,oneof" json:"socket_gid,omitempty"`
-	SocketMode    uint32                 `protobuf:"varint,10,opt,name=socket_mode,json=socketMode,proto3" json:"socket_mode,omitempty"` // socket directory mode, at most 0770; 0 = 0750
-	Polling       PollingMode            `protobuf:"varint,11,opt,name=polling,proto3,enum=vhostmq.agent.v1.PollingMode" json:"polling,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // e.g. k8s.pod.namespace, k8s.pod.name, k8s.pod.uid, interface, network
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`                                   // [A-Za-z0-9._-], 1..63 bytes
+	SocketPath string                 `protobuf:"bytes,2,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"` // absolute, < 108 bytes
+	Role       Role                   `protobuf:"varint,3,opt,name=role,proto3,enum=vhostmq.agent.v1.Role" json:"role,omitempty"`
+	QueuePairs uint32                 `protobuf:"varint,4,opt,name=queue_pairs,json=queuePairs,proto3" json:"queue_pairs,omitempty"`    // 1..128
+	Slots      []string               `protobuf:"bytes,5,rep,name=slots,proto3" json:"slots,omitempty"`                                 // slot IDs serving the pairs (pair i on slots[i % len]); empty = any free
+	Mac        string                 `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`                                     // optional, e.g. 52:54:00:12:34:56
+	Mtu        uint32                 `protobuf:"varint,7,opt,name=mtu,proto3" json:"mtu,omitempty"`                                    // 68..9702; 0 = 1500
+	SocketUid  *uint32                `protobuf:"varint,8,opt,name=socket_uid,json=socketUid,proto3,oneof" json:"socket_uid,omitempty"` // owner of the socket directory (and socket, server role)
+	SocketGid  *uint32                `protobuf:"varint,9,opt,name=socket_gid,json=socketGid,proto3,oneof" json:"socket_gid,omitempty"`
+	SocketMode uint32                 `protobuf:"varint,10,opt,name=socket_mode,json=socketMode,proto3" json:"socket_mode,omitempty"` // socket directory mode, at most 0770; 0 = 0750
+	Polling    PollingMode            `protobuf:"varint,11,opt,name=polling,proto3,enum=vhostmq.agent.v1.PollingMode" json:"polling,omitempty"`
+	Labels     map[string]string      `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // e.g. k8s.pod.namespace, k8s.pod.name, k8s.pod.uid, interface, network
+	// network is the L2 segment the port joins (the NAD's namespace/name):
+	// its own MAC table, and ports of other networks never see its frames,
+	// floods included. "" = the default network. [A-Za-z0-9._/-], 0..253 bytes.
+	Network string `protobuf:"bytes,13,opt,name=network,proto3" json:"network,omitempty"`
+	// vlan is the network's 802.1Q VLAN ID on the uplink, 0..4094 (0 =
+	// untagged); every port of a network must give the same.
+	Vlan uint32 `protobuf:"varint,14,opt,name=vlan,proto3" json:"vlan,omitempty"`
+	// ip is the guest's IP configuration from IPAM (as the CNI result shows
+	// it); required when dhcp is on.
+	Ip *IPConfig `protobuf:"bytes,15,opt,name=ip,proto3" json:"ip,omitempty"`
+	// dhcp: the dataplane answers the guest's DHCPv4 client from ip (the
+	// first IPv4 address) instead of switching its requests.
+	Dhcp          bool `protobuf:"varint,16,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +272,170 @@ func (x *PortSpec) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *PortSpec) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *PortSpec) GetVlan() uint32 {
+	if x != nil {
+		return x.Vlan
+	}
+	return 0
+}
+
+func (x *PortSpec) GetIp() *IPConfig {
+	if x != nil {
+		return x.Ip
+	}
+	return nil
+}
+
+func (x *PortSpec) GetDhcp() bool {
+	if x != nil {
+		return x.Dhcp
+	}
+	return false
+}
+
+type IPConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`                            // CIDR, e.g. 10.1.2.3/24; the first IPv4 one is served by DHCP
+	Gateway       string                 `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"`                                // the default router, "" = none
+	Routes        []*Route               `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`                                  // at most 16
+	DnsServers    []string               `protobuf:"bytes,4,rep,name=dns_servers,json=dnsServers,proto3" json:"dns_servers,omitempty"`        // at most 4 (IPv4 ones are served)
+	DnsSearch     []string               `protobuf:"bytes,5,rep,name=dns_search,json=dnsSearch,proto3" json:"dns_search,omitempty"`           // at most 6
+	LeaseSeconds  uint32                 `protobuf:"varint,6,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"` // DHCP lease time, 60..31536000; 0 = a day
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IPConfig) Reset() {
+	*x = IPConfig{}
+	mi := &file_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IPConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IPConfig) ProtoMessage() {}
+
+func (x *IPConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IPConfig.ProtoReflect.Descriptor instead.
+func (*IPConfig) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IPConfig) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *IPConfig) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *IPConfig) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+func (x *IPConfig) GetDnsServers() []string {
+	if x != nil {
+		return x.DnsServers
+	}
+	return nil
+}
+
+func (x *IPConfig) GetDnsSearch() []string {
+	if x != nil {
+		return x.DnsSearch
+	}
+	return nil
+}
+
+func (x *IPConfig) GetLeaseSeconds() uint32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
+type Route struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dst           string                 `protobuf:"bytes,1,opt,name=dst,proto3" json:"dst,omitempty"`         // CIDR, e.g. 192.168.0.0/16 (0.0.0.0/0: the default route)
+	Gateway       string                 `protobuf:"bytes,2,opt,name=gateway,proto3" json:"gateway,omitempty"` // next hop; "" = ip.gateway
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Route) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *Route) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
 type QueueAssignment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pair          uint32                 `protobuf:"varint,1,opt,name=pair,proto3" json:"pair,omitempty"`
@@ -270,7 +447,7 @@ type QueueAssignment struct {
 
 func (x *QueueAssignment) Reset() {
 	*x = QueueAssignment{}
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +459,7 @@ func (x *QueueAssignment) String() string {
 func (*QueueAssignment) ProtoMessage() {}
 
 func (x *QueueAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +472,7 @@ func (x *QueueAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueAssignment.ProtoReflect.Descriptor instead.
 func (*QueueAssignment) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{1}
+	return file_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *QueueAssignment) GetPair() uint32 {
@@ -332,7 +509,7 @@ type PortStatus struct {
 
 func (x *PortStatus) Reset() {
 	*x = PortStatus{}
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +521,7 @@ func (x *PortStatus) String() string {
 func (*PortStatus) ProtoMessage() {}
 
 func (x *PortStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +534,7 @@ func (x *PortStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
 func (*PortStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{2}
+	return file_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PortStatus) GetConnected() bool {
@@ -405,7 +582,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +594,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +607,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Port) GetSpec() *PortSpec {
@@ -456,7 +633,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +645,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +658,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreatePortRequest) GetSpec() *PortSpec {
@@ -500,7 +677,7 @@ type DeletePortRequest struct {
 
 func (x *DeletePortRequest) Reset() {
 	*x = DeletePortRequest{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +689,7 @@ func (x *DeletePortRequest) String() string {
 func (*DeletePortRequest) ProtoMessage() {}
 
 func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +702,7 @@ func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeletePortRequest) GetId() string {
@@ -544,7 +721,7 @@ type DeletePortResponse struct {
 
 func (x *DeletePortResponse) Reset() {
 	*x = DeletePortResponse{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +733,7 @@ func (x *DeletePortResponse) String() string {
 func (*DeletePortResponse) ProtoMessage() {}
 
 func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +746,7 @@ func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeletePortResponse) GetExisted() bool {
@@ -588,7 +765,7 @@ type GetPortRequest struct {
 
 func (x *GetPortRequest) Reset() {
 	*x = GetPortRequest{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +777,7 @@ func (x *GetPortRequest) String() string {
 func (*GetPortRequest) ProtoMessage() {}
 
 func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +790,7 @@ func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPortRequest.ProtoReflect.Descriptor instead.
 func (*GetPortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetPortRequest) GetId() string {
@@ -631,7 +808,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +820,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +833,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 type ListPortsResponse struct {
@@ -668,7 +845,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +857,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +870,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -712,7 +889,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +901,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +914,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetStatsRequest) GetIds() []string {
@@ -757,7 +934,7 @@ type Direction struct {
 
 func (x *Direction) Reset() {
 	*x = Direction{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +946,7 @@ func (x *Direction) String() string {
 func (*Direction) ProtoMessage() {}
 
 func (x *Direction) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +959,7 @@ func (x *Direction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Direction.ProtoReflect.Descriptor instead.
 func (*Direction) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Direction) GetPackets() uint64 {
@@ -814,7 +991,7 @@ type Drops struct {
 
 func (x *Drops) Reset() {
 	*x = Drops{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1003,7 @@ func (x *Drops) String() string {
 func (*Drops) ProtoMessage() {}
 
 func (x *Drops) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1016,7 @@ func (x *Drops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drops.ProtoReflect.Descriptor instead.
 func (*Drops) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Drops) GetRxNoBuffer() uint64 {
@@ -910,7 +1087,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1099,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1112,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueStats) GetPair() uint32 {
@@ -1028,7 +1205,7 @@ type PortStats struct {
 
 func (x *PortStats) Reset() {
 	*x = PortStats{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1217,7 @@ func (x *PortStats) String() string {
 func (*PortStats) ProtoMessage() {}
 
 func (x *PortStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1230,7 @@ func (x *PortStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStats.ProtoReflect.Descriptor instead.
 func (*PortStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PortStats) GetId() string {
@@ -1101,7 +1278,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1290,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1303,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetStatsResponse) GetTimeUnixNano() int64 {
@@ -1151,7 +1328,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1340,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1353,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 type Slot struct {
@@ -1190,7 +1367,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1379,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1392,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Slot) GetId() string {
@@ -1250,7 +1427,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1439,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1452,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CPU) GetId() int32 {
@@ -1310,7 +1487,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1499,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1512,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Capacity) GetCpus() []*CPU {
@@ -1367,7 +1544,7 @@ type WatchHealthRequest struct {
 
 func (x *WatchHealthRequest) Reset() {
 	*x = WatchHealthRequest{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1556,7 @@ func (x *WatchHealthRequest) String() string {
 func (*WatchHealthRequest) ProtoMessage() {}
 
 func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1569,7 @@ func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHealthRequest.ProtoReflect.Descriptor instead.
 func (*WatchHealthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 type SlotHealth struct {
@@ -1406,7 +1583,7 @@ type SlotHealth struct {
 
 func (x *SlotHealth) Reset() {
 	*x = SlotHealth{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1595,7 @@ func (x *SlotHealth) String() string {
 func (*SlotHealth) ProtoMessage() {}
 
 func (x *SlotHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1608,7 @@ func (x *SlotHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHealth.ProtoReflect.Descriptor instead.
 func (*SlotHealth) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotHealth) GetId() string {
@@ -1466,7 +1643,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1655,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1668,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -1519,7 +1696,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xfd\x03\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xeb\x04\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -1538,12 +1715,28 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\rR\n" +
 	"socketMode\x127\n" +
 	"\apolling\x18\v \x01(\x0e2\x1d.vhostmq.agent.v1.PollingModeR\apolling\x12>\n" +
-	"\x06labels\x18\f \x03(\v2&.vhostmq.agent.v1.PortSpec.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\f \x03(\v2&.vhostmq.agent.v1.PortSpec.LabelsEntryR\x06labels\x12\x18\n" +
+	"\anetwork\x18\r \x01(\tR\anetwork\x12\x12\n" +
+	"\x04vlan\x18\x0e \x01(\rR\x04vlan\x12*\n" +
+	"\x02ip\x18\x0f \x01(\v2\x1a.vhostmq.agent.v1.IPConfigR\x02ip\x12\x12\n" +
+	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
 	"\v_socket_uidB\r\n" +
-	"\v_socket_gid\"K\n" +
+	"\v_socket_gid\"\xd8\x01\n" +
+	"\bIPConfig\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
+	"\agateway\x18\x02 \x01(\tR\agateway\x12/\n" +
+	"\x06routes\x18\x03 \x03(\v2\x17.vhostmq.agent.v1.RouteR\x06routes\x12\x1f\n" +
+	"\vdns_servers\x18\x04 \x03(\tR\n" +
+	"dnsServers\x12\x1d\n" +
+	"\n" +
+	"dns_search\x18\x05 \x03(\tR\tdnsSearch\x12#\n" +
+	"\rlease_seconds\x18\x06 \x01(\rR\fleaseSeconds\"3\n" +
+	"\x05Route\x12\x10\n" +
+	"\x03dst\x18\x01 \x01(\tR\x03dst\x12\x18\n" +
+	"\agateway\x18\x02 \x01(\tR\agateway\"K\n" +
 	"\x0fQueueAssignment\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\tR\x04slot\x12\x10\n" +
@@ -1671,73 +1864,77 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                  // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),           // 1: vhostmq.agent.v1.PollingMode
 	(*PortSpec)(nil),           // 2: vhostmq.agent.v1.PortSpec
-	(*QueueAssignment)(nil),    // 3: vhostmq.agent.v1.QueueAssignment
-	(*PortStatus)(nil),         // 4: vhostmq.agent.v1.PortStatus
-	(*Port)(nil),               // 5: vhostmq.agent.v1.Port
-	(*CreatePortRequest)(nil),  // 6: vhostmq.agent.v1.CreatePortRequest
-	(*DeletePortRequest)(nil),  // 7: vhostmq.agent.v1.DeletePortRequest
-	(*DeletePortResponse)(nil), // 8: vhostmq.agent.v1.DeletePortResponse
-	(*GetPortRequest)(nil),     // 9: vhostmq.agent.v1.GetPortRequest
-	(*ListPortsRequest)(nil),   // 10: vhostmq.agent.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),  // 11: vhostmq.agent.v1.ListPortsResponse
-	(*GetStatsRequest)(nil),    // 12: vhostmq.agent.v1.GetStatsRequest
-	(*Direction)(nil),          // 13: vhostmq.agent.v1.Direction
-	(*Drops)(nil),              // 14: vhostmq.agent.v1.Drops
-	(*QueueStats)(nil),         // 15: vhostmq.agent.v1.QueueStats
-	(*PortStats)(nil),          // 16: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),   // 17: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil), // 18: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),               // 19: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                // 20: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),           // 21: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil), // 22: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),         // 23: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),             // 24: vhostmq.agent.v1.Health
-	nil,                        // 25: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                        // 26: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*IPConfig)(nil),           // 3: vhostmq.agent.v1.IPConfig
+	(*Route)(nil),              // 4: vhostmq.agent.v1.Route
+	(*QueueAssignment)(nil),    // 5: vhostmq.agent.v1.QueueAssignment
+	(*PortStatus)(nil),         // 6: vhostmq.agent.v1.PortStatus
+	(*Port)(nil),               // 7: vhostmq.agent.v1.Port
+	(*CreatePortRequest)(nil),  // 8: vhostmq.agent.v1.CreatePortRequest
+	(*DeletePortRequest)(nil),  // 9: vhostmq.agent.v1.DeletePortRequest
+	(*DeletePortResponse)(nil), // 10: vhostmq.agent.v1.DeletePortResponse
+	(*GetPortRequest)(nil),     // 11: vhostmq.agent.v1.GetPortRequest
+	(*ListPortsRequest)(nil),   // 12: vhostmq.agent.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),  // 13: vhostmq.agent.v1.ListPortsResponse
+	(*GetStatsRequest)(nil),    // 14: vhostmq.agent.v1.GetStatsRequest
+	(*Direction)(nil),          // 15: vhostmq.agent.v1.Direction
+	(*Drops)(nil),              // 16: vhostmq.agent.v1.Drops
+	(*QueueStats)(nil),         // 17: vhostmq.agent.v1.QueueStats
+	(*PortStats)(nil),          // 18: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),   // 19: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil), // 20: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),               // 21: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                // 22: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),           // 23: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil), // 24: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),         // 25: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),             // 26: vhostmq.agent.v1.Health
+	nil,                        // 27: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                        // 28: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	25, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
-	3,  // 3: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
-	2,  // 4: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
-	4,  // 5: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
-	2,  // 6: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
-	5,  // 7: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
-	13, // 8: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
-	13, // 9: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
-	14, // 10: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
-	26, // 11: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
-	15, // 12: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
-	16, // 13: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
-	19, // 14: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
-	20, // 15: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
-	23, // 16: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
-	6,  // 17: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	7,  // 18: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	9,  // 19: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	10, // 20: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	12, // 21: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	18, // 22: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	22, // 23: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	5,  // 24: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	8,  // 25: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	5,  // 26: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	11, // 27: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	17, // 28: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	21, // 29: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	24, // 30: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	27, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
+	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
+	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
+	2,  // 6: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
+	6,  // 7: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
+	2,  // 8: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
+	7,  // 9: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
+	15, // 10: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
+	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
+	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
+	28, // 13: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	17, // 14: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
+	18, // 15: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
+	21, // 16: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
+	22, // 17: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
+	25, // 18: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
+	8,  // 19: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	9,  // 20: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	11, // 21: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	12, // 22: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	14, // 23: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	20, // 24: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	24, // 25: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	7,  // 26: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	10, // 27: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	7,  // 28: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	13, // 29: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	19, // 30: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	23, // 31: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	26, // 32: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1752,7 +1949,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

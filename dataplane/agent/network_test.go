@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+)
+
+func ipConfig() *agentv1.IPConfig {
+	return &agentv1.IPConfig{
+		Addresses:  []string{"fd00::5/64", "10.4.0.5/16"},
+		Gateway:    "10.4.0.1",
+		Routes:     []*agentv1.Route{{Dst: "192.168.0.0/16", Gateway: "10.4.0.254"}, {Dst: "fd01::/64"}},
+		DnsServers: []string{"10.96.0.10"},
+		DnsSearch:  []string{"ns1.svc.cluster.local"},
+	}
+}
+
+func TestNetworkValidation(t *testing.T) {
+	e := start(t, shortDir(t), nil, 2)
+	for _, tc := range []struct {
+		field  string
+		mutate func(*agentv1.PortSpec)
+	}{
+		{"network", func(s *agentv1.PortSpec) { s.Network = "bad name" }},
+		{"vlan", func(s *agentv1.PortSpec) { s.Vlan = 4095 }},
+		{"ip", func(s *agentv1.PortSpec) { s.Ip = nil }},
+		{"ip.addresses[1]", func(s *agentv1.PortSpec) { s.Ip.Addresses[1] = "10.4.0.5" }},
+		{"ip.addresses", func(s *agentv1.PortSpec) { s.Ip.Addresses = []string{"fd00::5/64"} }},
+		{"ip.addresses[1]", func(s *agentv1.PortSpec) { s.Ip.Addresses[1] = "10.4.0.0/16" }},
+		{"ip.gateway", func(s *agentv1.PortSpec) { s.Ip.Gateway = "10.4.0" }},
+		{"ip.gateway", func(s *agentv1.PortSpec) { s.Ip.Gateway = "10.4.0.5" }},
+		{"ip.routes[0].dst", func(s *agentv1.PortSpec) { s.Ip.Routes[0].Dst = "192.168.1.0/16" }},
+		{"ip.routes[0].gateway", func(s *agentv1.PortSpec) { s.Ip.Routes[0].Gateway = "x" }},
+		{"ip.routes[0].gateway", func(s *agentv1.PortSpec) { s.Ip.Routes[0].Gateway = "fd00::1" }},
+		{"ip.dns_servers[0]", func(s *agentv1.PortSpec) { s.Ip.DnsServers[0] = "0.0.0.0" }},
+		{"ip.dns_search[0]", func(s *agentv1.PortSpec) { s.Ip.DnsSearch[0] = "no spaces.example" }},
+		{"ip.lease_seconds", func(s *agentv1.PortSpec) { s.Ip.LeaseSeconds = 5 }},
+	} {
+		s := e.spec("v", 1)
+		s.Dhcp, s.Ip, s.Network = true, ipConfig(), "ns1/red"
+		tc.mutate(s)
+		_, err := e.create(s)
+		if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "spec."+tc.field+":") {
+			t.Errorf("bad %s: %v, want InvalidArgument naming spec.%s", tc.field, err, tc.field)
+		}
+	}
+	l, _ := e.client.ListPorts(context.Background(), &agentv1.ListPortsRequest{})
+	if len(l.Ports) != 0 {
+		t.Errorf("%d ports after refused requests", len(l.Ports))
+	}
+	// A network's VLAN is one: a second port must agree.
+	a := e.spec("a", 1)
+	a.Network, a.Vlan = "ns1/red", 10
+	if _, err := e.create(a); err != nil {
+		t.Fatal(err)
+	}
+	b := e.spec("b", 1)
+	b.Network, b.Vlan = "ns1/red", 20
+	if _, err := e.create(b); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.vlan: 20, but port "a" of network "ns1/red" has vlan 10`) {
+		t.Errorf("second VLAN on a network: %v", err)
+	}
+	// the same ID with another IP configuration names it
+	a2 := proto.Clone(a).(*agentv1.PortSpec)
+	a2.Ip = ipConfig()
+	if _, err := e.create(a2); code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "spec.ip:") {
+		t.Errorf("changed ip: %v", err)
+	}
+}
+
+// TestDHCPThroughTheAgent: a port created over the API with dhcp on and
+// its IPAM configuration answers its guest's DISCOVER with that address,
+// before and after an agent restart (the configuration is persisted).
+func TestDHCPThroughTheAgent(t *testing.T) {
+	dir := shortDir(t)
+	e := start(t, dir, nil, 2)
+	s := e.spec("d", 1)
+	s.Mac, s.Network, s.Vlan, s.Dhcp, s.Ip = "52:54:00:00:00:0d", "ns1/red", 7, true, ipConfig()
+	s.Ip.Addresses[0] = "FD00:0:0::5/64" // not canonical: stored canonical
+	if _, err := e.create(s); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(e *env) dhcptest.Reply {
+		t.Helper()
+		f, err := frontend.Dial(s.SocketPath, frontend.Config{})
+		for i := 0; err != nil && i < 100; i++ {
+			time.Sleep(20 * time.Millisecond)
+			f, err = frontend.Dial(s.SocketPath, frontend.Config{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Send(0, dhcptest.Frame(dhcptest.Discover, 42, [6]byte{0x52, 0x54, 0, 0, 0, 0x0d})); err != nil {
+			t.Fatal(err)
+		}
+		fr, err := f.Recv(0, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := dhcptest.ParseReply(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	want := func(r dhcptest.Reply) {
+		t.Helper()
+		if r.Type != 2 || r.XID != 42 || r.YIAddr != netip.MustParseAddr("10.4.0.5") || string(r.Options[1]) != "\xff\xff\x00\x00" ||
+			string(r.Options[3]) != "\x0a\x04\x00\x01" || string(r.Options[26]) != "\x05\xdc" {
+			t.Errorf("reply type %d xid %d yiaddr %v options %v", r.Type, r.XID, r.YIAddr, r.Options)
+		}
+	}
+	want(ask(e))
+	stored, _ := os.ReadFile(filepath.Join(e.state, stateName))
+	for _, w := range []string{`"schemaVersion": 2`, `"network": "ns1/red"`, `"vlan": 7`, `"dhcp": true`, `"fd00::5/64"`} {
+		if !strings.Contains(string(stored), w) {
+			t.Errorf("state file lacks %s:\n%s", w, stored)
+		}
+	}
+	e.stop()
+	e2 := start(t, dir, nil, 2)
+	p, err := e2.client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Network != "ns1/red" || p.Spec.Vlan != 7 || !p.Spec.Dhcp || p.Spec.Ip.GetAddresses()[0] != "fd00::5/64" {
+		t.Errorf("restored spec %v", p.Spec)
+	}
+	want(ask(e2))
+}
+
+// TestSchema1StateRestored: a ports.json written before network, vlan,
+// ip and dhcp existed restores its ports (on the default network).
+func TestSchema1StateRestored(t *testing.T) {
+	dir := shortDir(t)
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(state, 0o700)
+	sock := filepath.Join(dir, "s", "old", "vhu.sock")
+	os.WriteFile(filepath.Join(state, stateName), []byte(`{"schemaVersion": 1, "ports": [
+  {"id": "old", "socketPath": "`+sock+`", "role": "ROLE_SERVER", "queuePairs": 1, "mtu": 1500, "socketMode": 488, "polling": "POLLING_ADAPTIVE"}]}`), 0o600)
+	e := start(t, dir, nil, 2)
+	p, err := e.client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: "old"})
+	if err != nil {
+		t.Fatalf("schema 1 port not restored: %v", err)
+	}
+	if p.Spec.Network != "" || p.Spec.Ip != nil || p.Spec.Dhcp {
+		t.Errorf("restored spec %v", p.Spec)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(state, stateName+".corrupt-*")); len(aside) != 0 {
+		t.Errorf("schema 1 file was put aside: %v", aside)
+	}
+}
