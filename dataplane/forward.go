@@ -4,17 +4,26 @@ package dataplane
 // owns, in bursts:
 //
 //  1. lock the TX vring, take up to burstSize available chains;
-//  2. per chain: walk it once (bounds, length, peek at the headers), learn
-//     the source MAC, record the flow's TX queue, look up the destination;
-//  3. deliver: lock the chosen RX vring of each destination port (one
-//     for a known unicast address, every other port when flooding), copy
-//     the frame from the source guest's buffers straight into the
-//     destination guest's buffers (one copy), publish, unlock;
-//  4. return the TX chains, publish once, interrupt the source guest once
-//     if it asked for it, then interrupt each destination once.
+//  2. per chain: read the virtio-net and frame headers (one bounded walk
+//     that goes on below), look up the destination;
+//  3. a known unicast destination: hold the chosen RX vring of that port
+//     (locked until the burst ends or a frame goes elsewhere), take its
+//     buffers and copy the frame from the source guest's buffers straight
+//     into the destination guest's buffers, continuing the same walk of
+//     the source chain (one copy, one walk); a frame that turns out longer
+//     than the MTU gives the buffers back. Unknown and multicast
+//     destinations finish the walk first (to know the length), then copy
+//     into every other port with a fresh walk each;
+//  4. learn the source MAC and record the flow's TX queue for frames that
+//     passed the checks;
+//  5. per held RX vring: one avail-index read (again only when the known
+//     buffers run out), one used-index publish (one fence) and one
+//     interrupt decision per burst; the TX chains are returned with one
+//     publish and the source guest is interrupted once if it asked.
 //
 // Locking follows netdev.Vring: a TX vring, then at most one RX vring at a
-// time. Nothing here allocates.
+// time (a held RX vring is released before another is taken). Nothing here
+// allocates.
 
 import (
 	"time"
@@ -44,6 +53,17 @@ type usedElem struct {
 	len  uint32
 }
 
+// rxHold is the destination RX vring a burst holds locked, so that
+// consecutive frames to it share one lock, one avail-index read and one
+// used-index publish.
+type rxHold struct {
+	v      *netdev.Vring
+	q      *virtq.Queue
+	avail  int    // chains known to be available and not yet taken; re-read at 0
+	frames uint64 // frames pushed and not yet published
+	bytes  uint64
+}
+
 // scratch is a worker's per-burst state, allocated once.
 type scratch struct {
 	peek    [virtio.NetHdrSize + vswitch.HeaderPeek]byte
@@ -51,7 +71,16 @@ type scratch struct {
 	used    [maxMergeBufs]usedElem
 	touched [maxTouched]*netdev.Vring
 	nt      int
+	rx      rxHold
 	culprit *netdev.Vring // the vring whose memory is being touched, blamed for a fault
+	start   int64         // wall clock at the start of the last burst that had work
+}
+
+// init prepares the header every delivered frame starts with
+// (num_buffers 1, rewritten in place when a frame spans several buffers).
+func (s *scratch) init() {
+	hdr := virtio.NetHdr{NumBuffers: 1}
+	hdr.Encode(s.hdr[:])
 }
 
 // serveTX forwards one burst from a TX vring and reports whether there was
@@ -59,7 +88,7 @@ type scratch struct {
 func (w *worker) serveTX(a *assignment) bool {
 	v := a.tx
 	v.Lock()
-	defer v.Unlock()
+	defer w.unlockBurst(v)
 	q := v.Queue()
 	discard := false
 	if q == nil {
@@ -83,6 +112,7 @@ func (w *worker) serveTX(a *assignment) bool {
 	now := time.Now().UnixNano()
 	var pkts, bytes, runts, oversize, nodest, disabled uint64
 	s := &w.s
+	s.start = now
 	for range n {
 		head, err := q.Pop()
 		if err != nil {
@@ -92,65 +122,83 @@ func (w *worker) serveTX(a *assignment) bool {
 		s.culprit = v
 		r := q.NewReader(head)
 		got := r.Read(s.peek[:])
-		total := got + r.Skip(maxFrame+hdrLen+1)
+		if discard || got < hdrLen+ethHeader {
+			// nothing to switch; the walk still checks the whole chain
+			r.Skip(maxFrame + hdrLen + 1 - got)
+			if err := r.Err(); err != nil {
+				q.Unpop(1)
+				w.breakVring(v, err)
+				break
+			}
+			q.Push(head, 0)
+			if discard {
+				disabled++
+			} else {
+				runts++
+			}
+			continue
+		}
+		frame := s.peek[hdrLen:got]
+		var dmac vswitch.MAC
+		copy(dmac[:], frame[0:6])
+		hash := vswitch.FlowHash(frame)
+		// DHCP from a guest whose lease the dataplane holds is answered
+		// here (local.go), never switched.
+		local := src.dhcp != nil && dhcp.IsClientFrame(frame)
+		var to *port
+		if !dmac.IsMulticast() && !local {
+			if p, ok := src.net.macs.Lookup(dmac); ok {
+				to = p
+			}
+		}
+		var frameLen int
+		if to != nil && to != src {
+			frameLen = w.forward(to, &r, frame, maxFrame, hash)
+		} else {
+			frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
+		}
 		if err := r.Err(); err != nil {
 			q.Unpop(1)
 			w.breakVring(v, err)
 			break
 		}
 		q.Push(head, 0)
-		frameLen := total - hdrLen
-		switch {
-		case discard:
-			disabled++
-			continue
-		case frameLen < ethHeader:
-			runts++
-			continue
-		case frameLen > maxFrame:
+		if frameLen > maxFrame {
 			oversize++
 			continue
 		}
-		frame := s.peek[hdrLen:got]
-		var dst, smac vswitch.MAC
-		copy(dst[:], frame[0:6])
+		var smac vswitch.MAC
 		copy(smac[:], frame[6:12])
 		src.net.macs.Learn(smac, src, now)
-		hash := vswitch.FlowHash(frame)
 		src.flows.Record(hash, a.pair)
 		// Every frame that passed the checks counts as transmitted; a frame
 		// that finds no room at its destination is counted there
 		// (rxNoBuffer/rxDisabled), one with no destination at all here.
 		pkts++
 		bytes += uint64(frameLen)
-		// DHCP from a guest whose lease the dataplane holds is answered
-		// here (local.go), never switched.
-		if src.dhcp != nil && dhcp.IsClientFrame(frame) {
+		switch {
+		case local:
+			w.releaseRX(false) // answerDHCP locks an RX vring itself
 			w.answerDHCP(src, q, head, hdrLen, frameLen)
-			continue
-		}
-		if !dst.IsMulticast() {
-			if p, ok := src.net.macs.Lookup(dst); ok {
-				if p == src {
-					nodest++ // addressed to its own port: a hairpin we do not do
-				} else {
+		case to == src:
+			nodest++ // addressed to its own port: a hairpin we do not do
+		case to != nil:
+			// delivered (or counted at the destination) above
+		default:
+			flooded := false
+			for _, p := range *src.net.ports.Load() {
+				if p != src {
 					w.deliver(p, q, head, hdrLen, frameLen, hash)
+					flooded = true
 				}
-				continue
 			}
-		}
-		flooded := false
-		for _, p := range *src.net.ports.Load() {
-			if p != src {
-				w.deliver(p, q, head, hdrLen, frameLen, hash)
-				flooded = true
+			if !flooded {
+				nodest++
 			}
-		}
-		if !flooded {
-			nodest++
 		}
 	}
 	s.culprit = nil
+	w.releaseRX(true)
 	q.Publish()
 	v.Call()
 	c := &v.Counters
@@ -166,110 +214,257 @@ func (w *worker) serveTX(a *assignment) bool {
 	return true
 }
 
-// deliver copies one frame into an RX vring of dst. The frame is read
-// again from the source chain (a guest rewriting its descriptors meanwhile
-// only hurts its own frame: the walk is bounded again).
-func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frameLen int, hash uint32) bool {
+// unlockBurst releases the burst's locks. On the normal path the held RX
+// vring was already released (published); after a fault it is only
+// unlocked, so that serveSafely can lock and stop the culprit.
+func (w *worker) unlockBurst(tx *netdev.Vring) {
+	if h := &w.s.rx; h.v != nil {
+		h.v.Unlock()
+		*h = rxHold{}
+	}
+	tx.Unlock()
+}
+
+// holdRX makes rv the held RX vring (releasing the previous one) and
+// returns the hold, or nil when rv cannot take frames.
+func (w *worker) holdRX(rv *netdev.Vring) *rxHold {
+	h := &w.s.rx
+	if h.v == rv {
+		return h
+	}
+	w.releaseRX(false)
+	rv.Lock()
+	q := rv.Queue()
+	if q == nil {
+		rv.Unlock()
+		return nil
+	}
+	*h = rxHold{v: rv, q: q}
+	return h
+}
+
+// releaseRX publishes what the held RX vring received (one fence), counts
+// it, and unlocks it. With callNow the guest is interrupted at once if it
+// wants to be (the end of a burst); otherwise the decision waits for
+// callTouched.
+func (w *worker) releaseRX(callNow bool) {
+	h := &w.s.rx
+	rv := h.v
+	if rv == nil {
+		return
+	}
+	if h.frames > 0 {
+		s := &w.s
+		prev := s.culprit
+		s.culprit = rv
+		h.q.Publish()
+		s.culprit = prev
+		c := &rv.Counters
+		c.Packets.Add(h.frames)
+		c.Bytes.Add(h.bytes)
+		if callNow {
+			w.untouch(rv)
+			rv.Call()
+		} else {
+			w.touch(rv)
+		}
+	} else if callNow && w.untouch(rv) {
+		rv.Call()
+	}
+	*h = rxHold{}
+	rv.Unlock()
+}
+
+// forward copies a unicast frame into an RX vring of dst, reading the rest
+// of the source chain from r (whose first bytes, prefix, were already
+// read), and returns the frame length (more than maxFrame: too long, not
+// delivered). The caller checks r.Err().
+func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
-		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return false
+		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
+		if n <= maxFrame {
+			dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
+		}
+		return n
 	}
 	rv := dst.dev.Vrings()[2*pair]
-	rv.Lock()
-	defer rv.Unlock()
-	rq := rv.Queue()
-	if rq == nil {
-		rv.Counters.DropDisable.Add(1)
-		return false
+	h := w.holdRX(rv)
+	if h == nil {
+		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
+		if n <= maxFrame {
+			rv.Counters.DropDisable.Add(1)
+		}
+		return n
 	}
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
-	ok := w.deliverLocked(rv, rq, src, head, srcHdr, frameLen)
+	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
+	if res == fillDone {
+		if n <= maxFrame && r.Err() == nil {
+			w.commit(h, nbufs, n)
+		} else {
+			w.unfill(h, nbufs)
+		}
+	}
 	// Restored on a normal return only: after a fault in rv's memory
-	// serveSafely must find rv, not the source ring, as the culprit. (One
-	// defer and few returns also keep the defer open-coded.)
+	// serveSafely must find rv, not the source ring, as the culprit.
 	s.culprit = prev
-	return ok
+	if res == fillDone {
+		return n
+	}
+	n += r.Skip(maxFrame + 1 - n)
+	if res == fillNoRoom && n <= maxFrame && r.Err() == nil {
+		rv.Counters.DropNoBuf.Add(1)
+	}
+	return n
 }
 
-// deliverLocked is deliver's copy into rq; the caller holds rv's lock.
-func (w *worker) deliverLocked(rv *netdev.Vring, rq *virtq.Queue, src *virtq.Queue, head uint16, srcHdr, frameLen int) bool {
-	s := &w.s
-	avail, err := rq.Pending()
-	if err != nil {
-		w.breakVring(rv, err)
-		return false
+// deliver copies a flooded frame into an RX vring of dst, walking the
+// source chain again (a guest rewriting its descriptors meanwhile only
+// hurts its own frame: the walk is bounded again and a frame that came
+// out shorter is not delivered).
+func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frameLen int, hash uint32) {
+	pair := dst.pickRX(hash)
+	if pair < 0 {
+		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
+		return
 	}
+	rv := dst.dev.Vrings()[2*pair]
+	h := w.holdRX(rv)
+	if h == nil {
+		rv.Counters.DropDisable.Add(1)
+		return
+	}
+	s := &w.s
+	prev := s.culprit
+	s.culprit = rv
 	r := src.NewReader(head)
 	r.Skip(srcHdr)
+	n, nbufs, res := w.fill(h, nil, &r, frameLen)
+	switch {
+	case res == fillDone && n == frameLen && r.Err() == nil:
+		w.commit(h, nbufs, n)
+	case res == fillDone:
+		w.unfill(h, nbufs) // the source chain changed under us
+	case res == fillNoRoom:
+		rv.Counters.DropNoBuf.Add(1)
+	}
+	s.culprit = prev
+}
 
+type fillResult int
+
+const (
+	fillDone   fillResult = iota // the frame is in nbufs chains, taken and not yet pushed
+	fillNoRoom                   // no (or too few) buffers: nothing taken
+	fillBroken                   // the destination broke the ring protocol: stopped and released
+)
+
+// fill takes buffers from the held RX vring and writes the virtio-net
+// header, then prefix, then what r still holds, up to limit frame bytes.
+// It returns the frame bytes consumed (prefix included) and, when done,
+// how many chains hold them (in s.used).
+func (w *worker) fill(h *rxHold, prefix []byte, r *virtq.Reader, limit int) (n, nbufs int, res fillResult) {
+	s := &w.s
+	rv, rq := h.v, h.q
 	dhdr := rv.HdrLen()
-	hdr := virtio.NetHdr{NumBuffers: 1}
-	hdr.Encode(s.hdr[:])
-	nbufs, copied := 0, 0
+	prefix = prefix[:min(len(prefix), limit)]
 	for {
-		if nbufs == avail || nbufs == maxMergeBufs || (nbufs == 1 && !rv.Mergeable()) {
-			rq.Unpop(nbufs)
-			rv.Counters.DropNoBuf.Add(1)
-			return false
+		if nbufs == maxMergeBufs || (nbufs == 1 && !rv.Mergeable()) {
+			w.unfill(h, nbufs)
+			return n, 0, fillNoRoom
 		}
-		h, err := rq.Pop()
+		if h.avail == 0 {
+			avail, err := rq.Pending()
+			if err != nil {
+				w.unfill(h, nbufs)
+				w.breakHeld(err)
+				return n, 0, fillBroken
+			}
+			if avail == 0 {
+				w.unfill(h, nbufs)
+				return n, 0, fillNoRoom
+			}
+			h.avail = avail
+		}
+		head, err := rq.Pop()
 		if err != nil {
-			rq.Unpop(nbufs)
-			w.breakVring(rv, err)
-			return false
+			w.unfill(h, nbufs)
+			w.breakHeld(err)
+			return n, 0, fillBroken
 		}
-		wr := rq.NewWriter(h)
-		n := 0
-		if nbufs == 0 {
-			if n = wr.Write(s.hdr[:dhdr]); n < dhdr {
-				if wr.Err() != nil {
-					rq.Unpop(1)
-					w.breakVring(rv, wr.Err())
-					return false
+		h.avail--
+		nbufs++
+		wr := rq.NewWriter(head)
+		m := 0
+		if nbufs == 1 {
+			if m = wr.Write(s.hdr[:dhdr]); m < dhdr {
+				if err := wr.Err(); err != nil {
+					w.unfill(h, nbufs)
+					w.breakHeld(err)
+					return n, 0, fillBroken
 				}
-				rq.Unpop(1)
-				rv.Counters.DropNoBuf.Add(1)
-				return false
+				w.unfill(h, nbufs)
+				return n, 0, fillNoRoom
 			}
 		}
-		c := wr.CopyFrom(&r, frameLen-copied)
+		if len(prefix) > 0 {
+			k := wr.Write(prefix)
+			prefix = prefix[k:]
+			m += k
+			n += k
+		}
+		if len(prefix) == 0 && n < limit {
+			c := wr.CopyFrom(r, limit-n)
+			m += c
+			n += c
+		}
 		if err := wr.Err(); err != nil {
-			rq.Unpop(nbufs + 1)
-			w.breakVring(rv, err)
-			return false
+			w.unfill(h, nbufs)
+			w.breakHeld(err)
+			return n, 0, fillBroken
 		}
-		copied += c
-		s.used[nbufs] = usedElem{head: h, len: uint32(n + c)}
-		nbufs++
-		if copied == frameLen {
-			break
+		s.used[nbufs-1] = usedElem{head: head, len: uint32(m)}
+		if n == limit || (len(prefix) == 0 && !r.More()) {
+			return n, nbufs, fillDone
 		}
-		if r.Err() != nil || (c == 0 && !wr.Full()) {
-			// the source chain changed under us and ended early
-			rq.Unpop(nbufs)
-			return false
-		}
+		// this chain is full and the frame goes on: the next chain
 	}
+}
+
+// unfill gives back the last k chains taken from the held vring.
+func (w *worker) unfill(h *rxHold, k int) {
+	h.q.Unpop(k)
+	h.avail += k
+}
+
+// commit returns the chains of a filled frame as used (published when the
+// hold is released).
+func (w *worker) commit(h *rxHold, nbufs, frameLen int) {
+	s := &w.s
+	rq := h.q
 	if nbufs > 1 {
 		// num_buffers lives in the first chain's header (it may be split
 		// across descriptors, so write it through a walker).
 		wr := rq.NewWriter(s.used[0].head)
 		wr.Skip(10)
-		var nb [2]byte
-		nb[0], nb[1] = byte(nbufs), byte(nbufs>>8)
+		nb := [2]byte{byte(nbufs), byte(nbufs >> 8)}
 		wr.Write(nb[:])
 	}
 	for i := range nbufs {
 		rq.Push(s.used[i].head, s.used[i].len)
 	}
-	rq.Publish()
-	rv.Counters.Packets.Add(1)
-	rv.Counters.Bytes.Add(uint64(frameLen))
-	w.touch(rv)
-	return true
+	h.frames++
+	h.bytes += uint64(frameLen)
+}
+
+// breakHeld stops the held RX vring (its driver broke the ring protocol)
+// after publishing the frames it already took, and releases it.
+func (w *worker) breakHeld(err error) {
+	w.breakVring(w.s.rx.v, err)
+	w.releaseRX(false)
 }
 
 // touch remembers that rv needs an interrupt decision at the end of the
@@ -287,6 +482,19 @@ func (w *worker) touch(rv *netdev.Vring) {
 	}
 	s.touched[s.nt] = rv
 	s.nt++
+}
+
+// untouch forgets rv and reports whether it was remembered.
+func (w *worker) untouch(rv *netdev.Vring) bool {
+	s := &w.s
+	for i := range s.nt {
+		if s.touched[i] == rv {
+			s.nt--
+			s.touched[i], s.touched[s.nt] = s.touched[s.nt], nil
+			return true
+		}
+	}
+	return false
 }
 
 // callTouched interrupts each destination guest once per burst.

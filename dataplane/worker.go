@@ -101,6 +101,7 @@ func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
 		return nil, fmt.Errorf("worker %d: epoll_ctl: %w", id, err)
 	}
 	w := &worker{dp: dp, id: id, cpu: cpu, epfd: epfd, wakefd: wakefd, done: make(chan struct{})}
+	w.s.init()
 	w.list.Store(newAssignments(nil))
 	return w, nil
 }

@@ -172,6 +172,10 @@ func (r *Reader) Skip(n int) int {
 	return done
 }
 
+// More reports whether readable bytes remain, walking on to the next
+// descriptor if the current one is used up (a walk error ends it: see Err).
+func (r *Reader) More() bool { return r.fill() }
+
 // Segment returns the rest of the current piece, consuming it; nil at the
 // end of the readable part.
 func (r *Reader) Segment() []byte {

@@ -1,0 +1,217 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/virtio"
+)
+
+// Per-burst delivery (forward.go): a burst holds each destination RX ring
+// once, publishes once and interrupts once; frames keep their order per
+// destination; a ring that fills mid-burst takes what fits; a source chain
+// that breaks mid-copy leaves nothing in the destination.
+
+// burstRig is a dataplane with ports named after fes whose worker is
+// stopped after every port's MAC was learned: the test runs w.pass().
+type burstRig struct {
+	d   *Dataplane
+	w   *worker
+	fes []*frontend.Frontend
+}
+
+func newBurstRig(t *testing.T, macs [][6]byte, cfgs []frontend.Config) *burstRig {
+	t.Helper()
+	r := &burstRig{d: newDataplane(t)}
+	for i := range macs {
+		name := string(rune('a' + i))
+		r.fes = append(r.fes, dial(t, addPort(t, r.d, name, netdev.RoleServer, 1), cfgs[i]))
+	}
+	r.w = r.d.workers[0]
+	r.w.stopping.Store(true)
+	r.w.wake()
+	<-r.w.done
+	for i, m := range macs {
+		if err := r.fes[i].Send(0, broadcastFrom(m)); err != nil {
+			t.Fatal(err)
+		}
+		r.w.pass()
+		for j, f := range r.fes {
+			if j == i {
+				continue
+			}
+			if got, err := f.RecvAll(0, 0); err != nil || len(got) != 1 {
+				t.Fatalf("port %d: got %d frames of %d's broadcast: %v", j, len(got), i, err)
+			}
+		}
+		r.fes[i].ReclaimTx(0)
+	}
+	return r
+}
+
+// seqFrame is a unicast frame carrying its sequence number.
+func seqFrame(dst, src [6]byte, seq, size int) []byte {
+	p := make([]byte, size-42)
+	binary.BigEndian.PutUint32(p, uint32(seq))
+	return udpFrame(dst, src, 1, 9, p)
+}
+
+func TestBurstInterleavedDestinations(t *testing.T) {
+	// c takes 512-byte buffers: its 1500-byte frames span three. Without
+	// EVENT_IDX, and as the frontend's RX rings never set NO_INTERRUPT,
+	// every interrupt decision is a call: the count of calls is the count
+	// of decisions.
+	f := frontend.DefaultFeatures &^ (1 << virtio.FEventIdx)
+	r := newBurstRig(t, [][6]byte{macA, macB, macC}, []frontend.Config{
+		{QueueSize: 256, RxPoll: true, Features: f}, {QueueSize: 256, RxPoll: true, Features: f},
+		{QueueSize: 256, RxPoll: true, RxBufSize: 512, Features: f},
+	})
+	a, b, c := r.fes[0], r.fes[1], r.fes[2]
+	var frames, toB, toC [][]byte
+	for i := range burstSize {
+		dst, size := macB, 64
+		if i%3 != 0 {
+			dst, size = macC, 1500
+		}
+		f := seqFrame(dst, macA, i, size)
+		frames = append(frames, f)
+		if dst == macB {
+			toB = append(toB, f)
+		} else {
+			toC = append(toC, f)
+		}
+	}
+	b.DrainCalls(0)
+	c.DrainCalls(0)
+	cBefore := portStats(t, r.d, "c").Queues[0]
+	if n, err := a.SendBurst(0, frames); err != nil || n != len(frames) {
+		t.Fatalf("queued %d of %d: %v", n, len(frames), err)
+	}
+	if !r.w.pass() {
+		t.Fatal("the pass found no work")
+	}
+	calls := [2]uint64{b.DrainCalls(0), c.DrainCalls(0)}
+	for i, x := range []struct {
+		name string
+		f    *frontend.Frontend
+		want [][]byte
+	}{{"b", b, toB}, {"c", c, toC}} {
+		got, err := x.f.RecvAll(0, 0)
+		if err != nil || len(got) != len(x.want) {
+			t.Fatalf("%s received %d frames of %d: %v", x.name, len(got), len(x.want), err)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], x.want[i]) {
+				t.Fatalf("%s: frame %d is not the one sent in that place (seq %d)", x.name, i, binary.BigEndian.Uint32(got[i][42:]))
+			}
+		}
+		if calls[i] != 1 {
+			t.Errorf("%s was interrupted %d times for one burst", x.name, calls[i])
+		}
+	}
+	st := portStats(t, r.d, "c").Queues[0]
+	if n, drops := st.RxPackets-cBefore.RxPackets, st.Drops.RxNoBuffer; n != uint64(len(toC)) || drops != 0 {
+		t.Errorf("c: %d frames counted, %d no-buffer drops; want %d, 0", n, drops, len(toC))
+	}
+}
+
+func TestBurstRingFillsMidBurst(t *testing.T) {
+	for _, v := range rxVariants {
+		t.Run(v.name, func(t *testing.T) {
+			small := v.cfg
+			small.QueueSize, small.RxPoll = 8, true
+			r := newBurstRig(t, [][6]byte{macA, macB}, []frontend.Config{{QueueSize: 256, RxPoll: true}, small})
+			a, b := r.fes[0], r.fes[1]
+			room := 8 // buffers b posted
+			per := 1
+			if v.cfg.RxBufSize == 512 {
+				per = 3 // a 1500-byte frame spans 3 buffers of 512
+			}
+			var frames [][]byte
+			for i := range burstSize {
+				frames = append(frames, seqFrame(macB, macA, i, 1500))
+			}
+			before := portStats(t, r.d, "b").Queues[0]
+			if n, err := a.SendBurst(0, frames); err != nil || n != len(frames) {
+				t.Fatalf("queued %d of %d: %v", n, len(frames), err)
+			}
+			r.w.pass()
+			fit := room / per
+			got, err := b.RecvAll(0, 0)
+			if err != nil || len(got) != fit {
+				t.Fatalf("b received %d frames, want the %d that fit: %v", len(got), fit, err)
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], frames[i]) {
+					t.Fatalf("frame %d is not the %d-th sent", i, i)
+				}
+			}
+			st := portStats(t, r.d, "b").Queues[0]
+			if d := st.Drops.RxNoBuffer - before.Drops.RxNoBuffer; d != uint64(burstSize-fit) {
+				t.Errorf("%d no-buffer drops, want %d", d, burstSize-fit)
+			}
+			if n, _ := a.ReclaimTx(0); n != 0 {
+				t.Errorf("%d of a's TX chains still outstanding after the pass", n)
+			}
+			// b reposted its buffers while receiving: the next burst fits
+			// again from its first frame (buffers given back mid-frame were
+			// not lost).
+			if n, err := a.SendBurst(0, frames[:fit]); err != nil || n != fit {
+				t.Fatalf("queued %d of %d: %v", n, fit, err)
+			}
+			r.w.pass()
+			if got, err := b.RecvAll(0, 0); err != nil || len(got) != fit || !bytes.Equal(got[0], frames[0]) {
+				t.Fatalf("after the refill b received %d frames, want %d: %v", len(got), fit, err)
+			}
+		})
+	}
+}
+
+// TestSourceChainBreaksMidCopy: a TX chain whose second descriptor lies
+// outside guest memory is found out while its frame is being copied into
+// the destination: the sender's ring stops, the destination gets nothing
+// and keeps every buffer.
+func TestSourceChainBreaksMidCopy(t *testing.T) {
+	r := newBurstRig(t, [][6]byte{macA, macB, macC}, []frontend.Config{
+		{QueueSize: 256, RxPoll: true}, {QueueSize: 8, RxPoll: true}, {QueueSize: 256, RxPoll: true},
+	})
+	a, b, c := r.fes[0], r.fes[1], r.fes[2]
+	ids, err := a.ReserveDescs(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := seqFrame(macB, macA, 1, 600)
+	off, err := a.Alloc(virtio.NetHdrSize+len(fr), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(a.Mem()[off+virtio.NetHdrSize:], fr)
+	a.WriteDesc(1, int(ids[0]), a.GPA(off), uint32(virtio.NetHdrSize+len(fr)), virtio.DescFNext, ids[1])
+	a.WriteDesc(1, int(ids[1]), 1<<50, 100, 0, 0)
+	a.PublishAvail(1, ids[0])
+	r.w.pass()
+	if st := portStats(t, r.d, "a").Queues[0]; st.Drops.BadChain != 1 {
+		t.Fatalf("a's TX ring: %d bad chains, want 1", st.Drops.BadChain)
+	}
+	if got, err := b.RecvAll(0, 0); len(got) != 0 {
+		t.Fatalf("b received %d frames from a broken chain (%v)", len(got), err)
+	}
+	// c fills all of b's 8 buffers: none was lost to the aborted copy.
+	var frames [][]byte
+	for i := range 8 {
+		frames = append(frames, seqFrame(macB, macC, i, 1500))
+	}
+	if n, err := c.SendBurst(0, frames); err != nil || n != len(frames) {
+		t.Fatalf("queued %d: %v", n, err)
+	}
+	r.w.pass()
+	if got, err := b.RecvAll(0, 0); err != nil || len(got) != 8 || !bytes.Equal(got[0], frames[0]) {
+		t.Fatalf("b received %d of c's 8 frames: %v", len(got), err)
+	}
+	if st := portStats(t, r.d, "b").Queues[0]; st.Drops.BadChain != 0 || st.Drops.RxNoBuffer != 0 {
+		t.Errorf("b: %d bad chains, %d no-buffer drops; want 0, 0", st.Drops.BadChain, st.Drops.RxNoBuffer)
+	}
+}
