@@ -163,7 +163,7 @@ func (w *worker) routine() {
 	debug.SetPanicOnFault(true)
 	w.dp.log.Debug("worker started", "worker", w.id, "cpu", w.cpu)
 	defer w.dp.log.Debug("worker stopped", "worker", w.id)
-	idleSince := int64(0)
+	idleSince, idlePasses := int64(0), 0
 	for !w.stopping.Load() {
 		if w.passes.Add(1)%disarmPasses == 0 {
 			// Rings started while the worker polls still ask for kicks
@@ -173,13 +173,18 @@ func (w *worker) routine() {
 			w.disarm()
 		}
 		if w.pass() {
-			idleSince = 0
+			idleSince, idlePasses = 0, 0
 			continue
 		}
 		switch w.list.Load().mode {
 		case PollBusy:
 			continue
 		case PollAdaptive:
+			// The clock is read every adaptiveCheck idle passes only.
+			idlePasses++
+			if idlePasses%adaptiveCheck != 1 {
+				continue
+			}
 			now := nanotime()
 			if idleSince == 0 {
 				idleSince = now
@@ -188,7 +193,7 @@ func (w *worker) routine() {
 				continue
 			}
 		}
-		idleSince = 0
+		idleSince, idlePasses = 0, 0
 		if w.arm() {
 			continue
 		}
@@ -210,23 +215,27 @@ const disarmPasses = 1024
 // nothing.
 const adaptiveIdle = int64(200 * time.Microsecond)
 
+// adaptiveCheck is how many idle passes an adaptive worker makes between
+// two looks at the clock (an idle pass over a few rings takes well under a
+// microsecond; a clock read costs about as much as the pass).
+const adaptiveCheck = 16
+
 func nanotime() int64 { return time.Now().UnixNano() }
 
-// pass serves every assigned queue pair once.
+// pass serves every assigned queue pair once. A pass without work reads
+// no clock: a burst with work reads the wall clock when it starts (it
+// needs it for MAC learning) and once more here when it ends.
 func (w *worker) pass() (worked bool) {
-	t0 := int64(0)
 	for _, a := range w.list.Load().list {
-		if t0 == 0 {
-			t0 = nanotime()
+		w.s.start = 0
+		if !w.serveSafely(a) {
+			continue
 		}
-		if w.serveSafely(a) {
-			worked = true
-			t1 := nanotime()
-			a.busyNs.Add(uint64(t1 - t0))
-			w.busyNs.Add(uint64(t1 - t0))
-			t0 = t1
-		} else {
-			t0 = 0
+		worked = true
+		if t0 := w.s.start; t0 != 0 {
+			d := uint64(max(nanotime()-t0, 0))
+			a.busyNs.Add(d)
+			w.busyNs.Add(d)
 		}
 	}
 	return worked
