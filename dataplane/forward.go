@@ -74,6 +74,7 @@ type scratch struct {
 	rx      rxHold
 	culprit *netdev.Vring // the vring whose memory is being touched, blamed for a fault
 	start   int64         // wall clock at the start of the last burst that had work
+	txHead  uint16        // the TX chain in hand (taken, not yet returned)
 }
 
 // init prepares the header every delivered frame starts with
@@ -119,7 +120,7 @@ func (w *worker) serveTX(a *assignment) bool {
 			w.breakVring(v, err)
 			break
 		}
-		s.culprit = v
+		s.culprit, s.txHead = v, head
 		r := q.NewReader(head)
 		got := r.Read(s.peek[:])
 		if discard || got < hdrLen+ethHeader {
@@ -215,14 +216,59 @@ func (w *worker) serveTX(a *assignment) bool {
 }
 
 // unlockBurst releases the burst's locks. On the normal path the held RX
-// vring was already released (published); after a fault it is only
-// unlocked, so that serveSafely can lock and stop the culprit.
+// vring was already released; after a fault it is still held: its frames
+// are published unless it is the culprit, and it is unlocked so that
+// serveSafely can lock and stop the culprit.
 func (w *worker) unlockBurst(tx *netdev.Vring) {
 	if h := &w.s.rx; h.v != nil {
-		h.v.Unlock()
-		*h = rxHold{}
+		if h.v == w.s.culprit {
+			h.v.Unlock()
+			*h = rxHold{}
+		} else {
+			w.releaseRX(false)
+		}
 	}
 	tx.Unlock()
+}
+
+// settleAfterFault finishes a burst that a fault in another vring's
+// memory (culprit, now stopped) cut short, so that no guest waits forever:
+// the TX chain in hand is returned (its frame is lost), the TX ring's
+// completions are published and its guest interrupted, and every
+// destination that got frames is interrupted.
+// Those rings were readable a moment ago; should one fault now all the
+// same, the rest of the settling is given up rather than the process.
+func (w *worker) settleAfterFault(tx, culprit *netdev.Vring) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.s.nt = 0
+			w.dp.log.Warn("second fault while settling a burst", "port", tx.Port.Name(), "vring", tx.Index, "err", r)
+		}
+	}()
+	w.untouch(culprit)
+	if tx != culprit {
+		w.returnInHand(tx)
+	}
+	w.callTouched()
+}
+
+// returnInHand returns the TX chain in hand as used, publishes the TX
+// ring and interrupts its guest if it wants that.
+func (w *worker) returnInHand(tx *netdev.Vring) {
+	tx.Lock()
+	defer tx.Unlock()
+	q := tx.Queue()
+	if q == nil {
+		q = tx.StartedDisabled()
+	}
+	if q == nil {
+		return
+	}
+	if q.LastAvail() != q.UsedIdx() {
+		q.Push(w.s.txHead, 0)
+	}
+	q.Publish()
+	tx.Call()
 }
 
 // holdRX makes rv the held RX vring (releasing the previous one) and
@@ -500,14 +546,18 @@ func (w *worker) untouch(rv *netdev.Vring) bool {
 // callTouched interrupts each destination guest once per burst.
 func (w *worker) callTouched() {
 	s := &w.s
-	for i := range s.nt {
-		rv := s.touched[i]
-		s.touched[i] = nil
-		rv.Lock()
-		rv.Call()
-		rv.Unlock()
+	for s.nt > 0 {
+		s.nt--
+		rv := s.touched[s.nt]
+		s.touched[s.nt] = nil
+		callLocked(rv)
 	}
-	s.nt = 0
+}
+
+func callLocked(rv *netdev.Vring) {
+	rv.Lock()
+	defer rv.Unlock()
+	rv.Call()
 }
 
 // breakVring stops a vring whose driver broke the ring protocol. Caller

@@ -3,10 +3,15 @@ package dataplane
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime/debug"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 )
 
@@ -218,5 +223,104 @@ func TestSourceChainBreaksMidCopy(t *testing.T) {
 	}
 	if st := portStats(t, r.d, "b").Queues[0]; st.Drops.BadChain != 0 || st.Drops.RxNoBuffer != 0 {
 		t.Errorf("b: %d bad chains, %d no-buffer drops; want 0, 0", st.Drops.BadChain, st.Drops.RxNoBuffer)
+	}
+}
+
+// TestFaultMidBurstSettlesTheRest: a fault in one destination's memory
+// cuts a burst short. The sender's chains must all come back (the one in
+// hand included: a guest waits for every TX chain), and a destination that
+// already got frames in that burst must get its interrupt; before, the
+// chain in hand was never returned and the burst's pending interrupts and
+// TX completions were dropped with it, stalling those guests until some
+// later traffic.
+func TestFaultMidBurstSettlesTheRest(t *testing.T) {
+	d := newDataplane(t)
+	noEventIdx := frontend.DefaultFeatures &^ (1 << virtio.FEventIdx) // every interrupt decision calls
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{QueueSize: 8, Features: noEventIdx})
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 1), frontend.Config{
+		NoRxPrefill:      true,
+		ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoConfigureMemSlots,
+	})
+	c := dial(t, addPort(t, d, "c", netdev.RoleServer, 1), frontend.Config{Features: noEventIdx})
+	// Everybody announces itself (b has no RX buffers yet: it drops).
+	for _, x := range []struct {
+		f   *frontend.Frontend
+		mac [6]byte
+	}{{a, macA}, {b, macB}, {c, macC}} {
+		if err := x.f.Send(0, broadcastFrom(x.mac)); err != nil {
+			t.Fatal(err)
+		}
+		for _, y := range []*frontend.Frontend{a, c} {
+			if y != x.f {
+				if _, err := y.Recv(0, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// b's only RX buffer lies in a memory region whose file is then
+	// truncated: writing there faults.
+	fd, err := unix.MemfdCreate("vhostmq-shrinking", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const size, gpa = 1 << 16, 1 << 40
+	if err := unix.Ftruncate(fd, size); err != nil {
+		t.Fatal(err)
+	}
+	reg := vhostuser.MemRegion{GuestPhysAddr: gpa, Size: size, UserAddr: b.UserAddr(0) + 1<<40}
+	if err := b.Ctrl(vhostuser.ReqAddMemReg, vhostuser.EncodeSingleRegion(nil, reg), []int{fd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteDesc(0, 0, gpa, 2048, virtio.DescFWrite, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishAvail(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	w := d.workers[0]
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	a.ReclaimTx(0)
+	c.DrainCalls(0)
+	// The test drives the passes: it must turn faults into panics as the
+	// worker thread does.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+
+	// One burst: a frame to c, then one to b (faults), then one more to c.
+	burst := [][]byte{seqFrame(macC, macA, 1, 200), seqFrame(macB, macA, 2, 200), seqFrame(macC, macA, 3, 200)}
+	if n, err := a.SendBurst(0, burst); err != nil || n != len(burst) {
+		t.Fatalf("queued %d: %v", n, err)
+	}
+	w.pass()
+	if w.panics.Load() == 0 {
+		t.Fatal("no fault was recovered: the test did not test anything")
+	}
+	if st := portStats(t, d, "b").Queues[0]; st.Drops.BadChain != 1 {
+		t.Fatalf("b's RX ring: %d bad chains, want 1 (stopped)", st.Drops.BadChain)
+	}
+	if n, err := a.ReclaimTx(0); err != nil || n != 1 {
+		// frame 3 is still queued: the burst stopped at the fault
+		t.Errorf("%d of a's TX chains outstanding after the fault, want 1 (frame 3, not yet served): %v", n, err)
+	}
+	if calls := c.DrainCalls(0); calls == 0 {
+		t.Error("c got frame 1 but no interrupt")
+	}
+	// The next pass serves frame 3; b's ring is stopped, a's is not.
+	w.pass()
+	got, err := c.RecvAll(0, 0)
+	if err != nil || len(got) != 2 || !bytes.Equal(got[0], burst[0]) || !bytes.Equal(got[1], burst[2]) {
+		t.Fatalf("c received %d frames (want frames 1 and 3): %v", len(got), err)
+	}
+	if n, _ := a.ReclaimTx(0); n != 0 {
+		t.Errorf("%d of a's TX chains never came back", n)
+	}
+	if st := portStats(t, d, "a").Queues[0]; st.Drops.BadChain != 0 {
+		t.Errorf("a's TX ring stopped for b's fault")
 	}
 }

@@ -251,10 +251,11 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 			if v == nil {
 				v = a.tx
 			}
-			w.s.culprit, w.s.nt = nil, 0
+			w.s.culprit = nil
 			v.Lock()
 			w.breakVring(v, fmt.Errorf("fault while serving: %v", r))
 			v.Unlock()
+			w.settleAfterFault(a.tx, v)
 			worked = true
 		}
 	}()
