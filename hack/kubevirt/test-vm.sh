@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# VMs on vhostmq under real KubeVirt v1.7.0 (hack/kubevirt/testbed.sh up must
-# have run): the whole chain of issue #7 with nothing stood in but Multus.
+# vhostmq as a user installs it, on real KubeVirt v1.7.0 (hack/kubevirt/
+# testbed.sh up must have run): issues #7 and #8 with nothing stood in but
+# Multus.  The README's quick start is these steps.
 #
-#   DaemonSet vhostmq (dataplane + device plugin, hack/cluster/manifests/
-#   vhostmq.yaml, as test-deviceplugin.sh deploys it) -> NAD vhu-net
-#   (deploy/examples/nad.yaml) -> the webhook (bin/vhostmq-webhook, run as a
-#   process in the node's netns with a self-signed certificate; a
-#   MutatingWebhookConfiguration calls it by URL for pods of the test
-#   namespace) raises the virt-launcher pod's vhostmq.io/queue-pairs to the
-#   VM's queue pairs -> kubelet + device plugin allocate slots ->
-#   multus-lite (the Multus stand-in: Multus is not served by the module
-#   proxy) calls vhostmq-cni with the deviceID and writes network-status ->
-#   KubeVirt turns it into /etc/podinfo/network-info -> our binding sidecar
+#   the image localhost/vhostmq:dev (every binary; hack/cluster/images.sh
+#   --bundle, imported into containerd) -> helm install charts/vhostmq
+#   --wait (DaemonSet: init container installs vhostmq-cni and its
+#   kubeconfig into the node's CNI folders, dataplane, device plugin, cni;
+#   webhook Deployment + Service + MutatingWebhookConfiguration with the
+#   chart's certificates; NAD vhostmq-system/vhu-net; the post-install hook
+#   registers the binding in the KubeVirt CR, replacing the test bed's own
+#   registration) -> the webhook (called through its Service, kube-proxy)
+#   raises the virt-launcher pod's vhostmq.io/queue-pairs to the VM's queue
+#   pairs -> kubelet + device plugin allocate slots -> multus-lite (the
+#   Multus stand-in: Multus is not served by the module proxy) calls
+#   vhostmq-cni with the deviceID and writes network-status -> KubeVirt
+#   turns it into /etc/podinfo/network-info -> our binding sidecar
 #   (localhost/vhostmq/kubevirt-binding:dev) adds the vhost-user NIC ->
 #   libvirt + QEMU 10 (server socket) <- the dataplane dials.
+#   Then helm upgrade to a rebuilt image while vm2 pings vm1 (the gap is
+#   measured), delete the VMs, helm uninstall, and check the node.
 #
 # The VMs are deploy/examples/vm.yaml adapted to the test bed: kernel boot
 # of the project's guest (hack/guest, image localhost/vhostmq/guest-kernel:dev,
@@ -34,12 +40,18 @@
 #   with 2; vm2 pings vm1 and iperf3 runs both ways; every one of vm1's 4
 #   queue pairs carried traffic both ways (vhostmqctl -o json queues);
 #   deleting the VMs leaves no port, socket, allocation directory
-#   (qp-*, after the device plugin's reclaim) or device-info file.
+#   (qp-*, after the device plugin's reclaim) or device-info file;
+#   helm upgrade to a rebuilt image: a new node pod on it, both ports back
+#   on the same slots, vm2's pings answered again (longest gap printed);
+#   helm uninstall: no object of the release, the binding out of the
+#   KubeVirt CR, vhostmq-cni gone from the node's CNI bin dir, no file or
+#   socket under the CNI kubeconfig dir, the agent's state dir, the socket
+#   root and the device-info dir, allocatable 0.
 # Prints timings and ends with "N passed, N failed"; exit status 1 if any
 # check failed.
 #
 # Usage: hack/kubevirt/test-vm.sh [--keep]
-#   --keep   leave the VMs, the webhook, the NAD and the DaemonSet running
+#   --keep   on an early exit, leave what is up (VMs, the release) for a look
 # Environment:
 #   VHOSTMQ_KUBEVIRT_VM_TIMEOUT=300      bound on each VM's boot (s)
 #   VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT=120 bound on the allocation reclaim (s)
@@ -64,15 +76,41 @@ SOCK_DIR=/var/run/vhostmq
 DEVINFO=/var/run/k8s.cni.cncf.io/devinfo
 API_SOCK=/run/vhostmq/api.sock
 BIN_DIR=$VMKV_RUN/bin
-WH_ADDR=127.0.0.1:18443
+RELEASE=vhostmq
+CHART=$VMQ_REPO_ROOT/charts/vhostmq
+IMAGE_REPO=localhost/vhostmq
+SIDECAR_IMAGE=localhost/vhostmq/kubevirt-binding:dev # what testbed.sh up imported
+# the image holds every binary the chart runs (the Dockerfile's vhostmq target)
+BUNDLE_BINS=()
+for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl vhostmq-cni vhostmq-install-cni vhostmq-webhook vhostmq-kubevirt-register; do
+    BUNDLE_BINS+=("$BIN_DIR/$b")
+done
+NODE_CNI_BIN=$VMQC_RUN/cni/bin
+NODE_CNI_CONF=$VMQC_RUN/cni/net.d
+HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true)
+HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-300}
 RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
 work=$(mktemp -d /tmp/vhostmq-kv-test.XXXXXX)
 OUT=$VMQC_LOGS/kubevirt-test-vm   # guest consoles, logs, diagnostics (kept)
-passed=0 failed=0 wh_pid=""
+passed=0 failed=0
 declare -A T=() POD=() PORT=()
 
 k() { vmqc_kubectl "$@"; }
+h() { # helm against the test cluster, its caches in our run folder
+    vmqc_in_ns env HELM_CACHE_HOME="$VMQC_RUN/helm/cache" HELM_CONFIG_HOME="$VMQC_RUN/helm/config" \
+        HELM_DATA_HOME="$VMQC_RUN/helm/data" "$HELM" --kubeconfig "$VMQC_KUBECONFIG" "$@"
+}
+# the binding as testbed.sh up registered it (deploy/examples/kubevirt-binding.yaml)
+unregister_testbed_binding() {
+    k -n kubevirt patch kubevirt kubevirt --type merge -p '{"spec":{"configuration":{"network":{"binding":{"vhostmq":null}}}}}' >/dev/null
+}
+# restore_testbed: what testbed.sh up set up and the chart replaced
+restore_testbed() {
+    [[ -e $NODE_CNI_BIN/vhostmq-cni ]] || ln -sf "$(readlink -f "$VMKV_RUN/cni/bin/vhostmq-cni")" "$NODE_CNI_BIN/vhostmq-cni"
+    [[ -f $VMKV_RUN/kubevirt-binding.yaml ]] &&
+        k -n kubevirt patch kubevirt kubevirt --type merge --patch-file "$VMKV_RUN/kubevirt-binding.yaml" >/dev/null
+}
 ctl() { timeout 20 "$BIN_DIR/vhostmqctl" --socket "$API_SOCK" "$@"; }
 crictl() { timeout 30 "$VMQC_TOOLS/crictl" --config "$VMQC_RUN/crictl.yaml" "$@"; }
 step_t0=$(vmq_now)
@@ -93,7 +131,6 @@ mkdir -p "$OUT"
 delete_ours() {
     k -n "$NS" delete vm --all --ignore-not-found --wait=true --timeout 120s >/dev/null 2>&1 || true
     k -n "$NS" delete vmi --all --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1 || true
-    k delete mutatingwebhookconfiguration vhostmq-kubevirt-test --ignore-not-found >/dev/null 2>&1 || true
     k delete ns "$NS" --ignore-not-found --wait=true --timeout 120s >/dev/null 2>&1 || true
 }
 
@@ -110,12 +147,14 @@ diagnostics() {
                 echo "=== $p $c"; k -n "$NS" logs "$p" -c "$c" --tail 60
             done
         done
-        echo "=== webhook log"; tail -n 30 "$OUT/webhook.log"
+        echo "=== webhook log"; k -n "$DS_NS" logs "deploy/$RELEASE-webhook" --tail 30
+        echo "=== cni container log"; k -n "$DS_NS" logs "ds/$RELEASE" -c cni --tail 30
+        echo "=== helm"; h -n "$DS_NS" status "$RELEASE"
         echo "=== multus-lite log"; tail -n 40 "$VMQC_LOGS/multus-lite.log"
         echo "=== virt-handler log"; k -n kubevirt logs ds/virt-handler --tail 60
         echo "=== virt-controller log"; k -n kubevirt logs deploy/virt-controller --tail 60
-        echo "=== dataplane log"; k -n "$DS_NS" logs ds/vhostmq -c dataplane --tail 40
-        echo "=== deviceplugin log"; k -n "$DS_NS" logs ds/vhostmq -c deviceplugin --tail 40
+        echo "=== dataplane log"; k -n "$DS_NS" logs "ds/$RELEASE" -c dataplane --tail 40
+        echo "=== deviceplugin log"; k -n "$DS_NS" logs "ds/$RELEASE" -c deviceplugin --tail 40
         echo "=== folders"; find "$SOCK_DIR" "$DEVINFO" -maxdepth 3 -ls
     } >"$f" 2>&1
     echo "diagnostics: $f"
@@ -126,11 +165,14 @@ cleanup() {
     set +e
     if ((failed > 0 || rc != 0)); then diagnostics; fi
     if ((KEEP)); then
-        vmq_log "--keep: leaving the VMs, the webhook (pid ${wh_pid:-none}), the NAD and the DaemonSet up"
+        vmq_log "--keep: leaving the VMs and the release $RELEASE (helm -n $DS_NS uninstall $RELEASE takes it down)"
     else
         delete_ours
-        vmkv_stop_webhook
-        k delete -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1
+        if h status "$RELEASE" -n "$DS_NS" >/dev/null 2>&1; then
+            h uninstall "$RELEASE" -n "$DS_NS" --wait --timeout 2m >/dev/null 2>&1
+        fi
+        k delete ns "$DS_NS" --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1
+        restore_testbed
     fi
     rm -rf "$work"
     exit "$rc"
@@ -140,64 +182,55 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 T_TEST=$(vmq_now)
+[[ -x $HELM ]] || "$VMQ_REPO_ROOT/hack/manifests.sh" >/dev/null # builds and caches helm
 delete_ours # leftovers of a --keep run
-vmkv_stop_webhook
+vmkv_stop_webhook # of runs before the chart
+if h status "$RELEASE" -n "$DS_NS" >/dev/null 2>&1; then
+    h uninstall "$RELEASE" -n "$DS_NS" --wait --timeout 2m >/dev/null
+fi
+k delete -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" --ignore-not-found --wait=true --timeout 90s >/dev/null 2>&1 || true
+k apply -f "$VMKV_DIR/../cluster/manifests/nad-crd.yaml" >/dev/null # Multus' CRD: the chart's NAD needs it
+k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
 vmqc_import "$VMKV_GUEST_TAR" # the guest kernel-boot image as images.sh made it last
 
-# ------------------------------------------------------------------ DaemonSet
-step "the vhostmq DaemonSet (dataplane + device plugin)"
-k delete -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" --ignore-not-found --wait=true --timeout 90s >/dev/null
-"$VMKV_DIR/../cluster/images.sh" --bundle localhost/vhostmq:dev \
-    "$BIN_DIR/vhostmq-dataplane" "$BIN_DIR/vhostmq-deviceplugin" "$BIN_DIR/vhostmqctl"
-k apply -f "$VMKV_DIR/../cluster/manifests/vhostmq.yaml" >/dev/null
-ds_ready() { k -n "$DS_NS" wait --for=condition=Ready pod -l app.kubernetes.io/name=vhostmq --timeout 5s >/dev/null 2>&1; }
-check "DaemonSet pod Ready" vmqc_poll 90 1 ds_ready
+# ------------------------------------------------------------------ helm install
+# The README's quick start, with the test bed's paths: its node keeps CNI
+# binaries and configuration under $VMQC_RUN/cni, not /opt/cni/bin and
+# /etc/cni/net.d.
+step "helm install vhostmq (the chart, the locally built image)"
+"$VMKV_DIR/../cluster/images.sh" --bundle "$IMAGE_REPO:dev" "${BUNDLE_BINS[@]}"
+# what the test bed registered and installed by hand goes: the chart does it now
+unregister_testbed_binding
+rm -f "$NODE_CNI_BIN/vhostmq-cni"
+if h install "$RELEASE" "$CHART" --namespace "$DS_NS" --create-namespace --wait --timeout 5m \
+    "${HELM_SET[@]}" >"$OUT/helm-install.log" 2>&1; then
+    pass "helm install --wait: $(grep -m1 '^STATUS' "$OUT/helm-install.log")"
+else
+    fail "helm install (log $OUT/helm-install.log)"
+    tail -n 20 "$OUT/helm-install.log" | sed 's/^/    /'
+fi
+ds_ready() { k -n "$DS_NS" wait --for=condition=Ready pod -l app.kubernetes.io/component=node --timeout 5s >/dev/null 2>&1; }
+check "DaemonSet pod Ready (dataplane, deviceplugin, cni)" vmqc_poll 90 1 ds_ready
 alloc() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
-check "node allocatable $RES = 8" vmqc_poll 60 0.5 alloc 8
-
-# ------------------------------------------------------------------ NAD
-step "NetworkAttachmentDefinition vhu-net (deploy/examples/nad.yaml)"
-k apply -f "$VMKV_DIR/../cluster/manifests/nad-crd.yaml" >/dev/null
-k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
+check "node allocatable $RES = 8 (2 CPUs x 4 slots)" vmqc_poll 60 0.5 alloc 8
+check "the init container installed vhostmq-cni into the node's CNI bin dir (same bytes as bin/)" \
+    cmp -s "$NODE_CNI_BIN/vhostmq-cni" "$BIN_DIR/vhostmq-cni"
+check "its kubeconfig is on the node ($NODE_CNI_CONF/vhostmq.d/vhostmq.kubeconfig)" \
+    test -s "$NODE_CNI_CONF/vhostmq.d/vhostmq.kubeconfig" -a -s "$NODE_CNI_CONF/vhostmq.d/token"
+wh_ready() { k -n "$DS_NS" wait --for=condition=Available "deploy/$RELEASE-webhook" --timeout 5s >/dev/null 2>&1; }
+check "webhook Deployment Available" vmqc_poll 60 1 wh_ready
+check "MutatingWebhookConfiguration $RELEASE-webhook" k get mutatingwebhookconfiguration "$RELEASE-webhook" -o name
+kv_binding() { k -n kubevirt get kubevirt kubevirt -o json | jq -r '.spec.configuration.network.binding.vhostmq.sidecarImage // ""'; }
+check "the post-install hook registered the binding in the KubeVirt CR (sidecar $(kv_binding))" \
+    test "$(kv_binding)" = "$SIDECAR_IMAGE"
+check "NAD $DS_NS/vhu-net with resourceName $RES" \
+    test "$(k -n "$DS_NS" get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}')" = "$RES"
 k apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
 metadata:
   name: $NS
-  labels: {vhostmq.io/kubevirt-test: "true", pod-security.kubernetes.io/enforce: privileged}
-EOF
-# the kubeconfig the plugin reads pods with: the node's is not at
-# /etc/cni/net.d/vhostmq.d (no vhostmq-install-cni here), it is the cluster's
-sed "s#/etc/cni/net.d/vhostmq.d/vhostmq.kubeconfig#$VMQC_KUBECONFIG#" "$VMQ_REPO_ROOT/deploy/examples/nad.yaml" |
-    k -n "$NS" apply -f - >/dev/null
-check "NAD vhu-net with resourceName $RES" \
-    test "$(k -n "$NS" get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}')" = "$RES"
-
-# ------------------------------------------------------------------ webhook
-step "the webhook (bin/vhostmq-webhook in the node's netns, called by URL)"
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=vhostmq-webhook \
-    -addext "subjectAltName=IP:${WH_ADDR%:*}" -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
-vmq_bg "$OUT/webhook.log" 7200 nsenter --net="/run/netns/$VMQC_NETNS" -- "$BIN_DIR/vhostmq-webhook" \
-    --listen "$WH_ADDR" --tls-cert-file "$work/tls.crt" --tls-key-file "$work/tls.key" --kubeconfig "$VMQC_KUBECONFIG"
-wh_pid=$VMQ_BG_PID
-echo "$wh_pid" >"$VMKV_RUN/webhook.pid"
-wh_up() { vmqc_in_ns curl -fs --cacert "$work/tls.crt" "https://$WH_ADDR/healthz" >/dev/null 2>&1; }
-check "webhook answers /healthz" vmqc_poll 30 0.3 wh_up
-k apply -f - >/dev/null <<EOF
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: vhostmq-kubevirt-test}
-webhooks:
-  - name: pods.vhostmq.io
-    clientConfig:
-      url: https://$WH_ADDR/mutate
-      caBundle: $(base64 -w0 "$work/tls.crt")
-    rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
-    namespaceSelector: {matchLabels: {vhostmq.io/kubevirt-test: "true"}}
-    failurePolicy: Fail
-    sideEffects: None
-    admissionReviewVersions: [v1]
-    timeoutSeconds: 10
+  labels: {pod-security.kubernetes.io/enforce: privileged}
 EOF
 
 # ------------------------------------------------------------------ VMs
@@ -238,7 +271,7 @@ spec:
       networks:
         - name: fast
           multus:
-            networkName: vhu-net
+            networkName: $DS_NS/vhu-net
 EOF
 }
 launcher() { k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
@@ -324,7 +357,7 @@ domain_queues() {
 }
 
 boot_vm vm1 4 1Gi 4 "vmq.ip=10.0.0.1/24 vmq.queues=4 vmq.role=server" || true
-boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,idle vmq.pings=10 vmq.streams=16 vmq.time=5" || true
+boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5" || true
 
 # ------------------------------------------------------------------ traffic
 step "vm2 -> vm1: ping and iperf3 both ways"
@@ -396,6 +429,52 @@ for bad in 'vhostmq.io/polling: spin' 'vhostmq.io/queues: "0"' 'vhostmq.io/socke
     check "webhook refuses $bad, naming $key" grep -q "vhostmq: annotation $key" <<<"$msg"
 done
 
+# ------------------------------------------------------------------ helm upgrade
+step "helm upgrade to a rebuilt image while vm2 pings vm1 every 0.2 s"
+# rebuilt: the same sources linked stripped (-s -w, as the Dockerfile does), so another image
+mkdir -p "$work/upgrade"
+(cd "$VMQ_REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/upgrade/" ./cmd/...) ||
+    fail "rebuilding the binaries for the upgrade"
+up_bins=()
+for b in "${BUNDLE_BINS[@]}"; do up_bins+=("$work/upgrade/${b##*/}"); done
+"$VMKV_DIR/../cluster/images.sh" --bundle "$IMAGE_REPO:upgrade" "${up_bins[@]}"
+digest() { vmqc_ctr images ls | awk -v r="$1" '$1 == r { print $3 }'; }
+check "rebuilt image $IMAGE_REPO:upgrade ($(digest "$IMAGE_REPO:upgrade" | cut -c1-19)) differs from :dev ($(digest "$IMAGE_REPO:dev" | cut -c1-19))" \
+    test "$(digest "$IMAGE_REPO:upgrade")" != "$(digest "$IMAGE_REPO:dev")"
+pings() { console vm2 || true; tr -d '\r' <"$OUT/console-vm2.log" | grep -c '^VHOSTMQ-PING ok' || true; }
+wait_console vm2 '^VHOSTMQ-PING ok' 60 || true
+n0=$(pings)
+node_pod() { k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{range .items[*]}{.metadata.uid} {.spec.containers[0].image} {.status.containerStatuses[?(@.name=="dataplane")].ready}{"\n"}{end}'; }
+old_pod=$(node_pod | awk '{ print $1 }')
+T_UP=$(vmq_now)
+if h upgrade "$RELEASE" "$CHART" --namespace "$DS_NS" --reuse-values --set image.tag=upgrade --wait --timeout 5m \
+    >"$OUT/helm-upgrade.log" 2>&1; then
+    pass "helm upgrade --wait (${IMAGE_REPO}:upgrade, $(vmqc_secs "$T_UP") s)"
+else
+    fail "helm upgrade (log $OUT/helm-upgrade.log)"
+    tail -n 20 "$OUT/helm-upgrade.log" | sed 's/^/    /'
+fi
+new_pod_ready() { node_pod | awk -v old="$old_pod" -v img="$IMAGE_REPO:upgrade" '$1 != old && $2 == img && $3 == "true" { ok = 1 } END { exit !ok }'; }
+check "a new node pod runs the rebuilt image" vmqc_poll 120 1 new_pod_ready
+slots_now() { port_of "$1" | jq -r '.[0].slots | sort | join(",")'; }
+port_back() { # VM Q: the restored port is connected, Q pairs enabled, on the slots it had
+    vmqc_poll 60 1 port_up "$1" "$2" && [[ $(slots_now "$1") == $(jq -r '.[0].slots | sort | join(",")' <<<"${PORT[$1]:-[]}") ]]
+}
+for v in vm1:4 vm2:2; do
+    check "${v%:*}: port back after the upgrade, connected with ${v#*:} pairs enabled, same slots" port_back "${v%:*}" "${v#*:}"
+done
+T[upgrade]=$(vmqc_secs "$T_UP")
+sleep 5
+n1=$(pings)
+tr -d '\r' <"$OUT/console-vm2.log" | grep '^VHOSTMQ-PING ok' | tail -n +"$((n0 > 0 ? n0 : 1))" >"$OUT/pings-upgrade.txt"
+# the longest time between two replies across the upgrade (the guest's clock)
+T[upgrade_gap]=$(sed -n 's/.* t=\([0-9.]*\) .*/\1/p' "$OUT/pings-upgrade.txt" |
+    awk 'NR > 1 && $1 - p > g { g = $1 - p } { p = $1 } END { printf "%.2f", g }')
+echo "    replies during and after the upgrade: $((n1 - n0)); longest gap between replies ${T[upgrade_gap]} s"
+check "vm2's pings to vm1 answered again after the upgrade ($((n1 - n0)) replies since it began; longest gap ${T[upgrade_gap]} s)" \
+    test "$((n1 - n0))" -gt 10
+check "the post-upgrade hook kept the binding registered" test "$(kv_binding)" = "$SIDECAR_IMAGE"
+
 # ------------------------------------------------------------------ delete
 step "delete the VMs"
 T_DEL=$(vmq_now)
@@ -419,6 +498,32 @@ fi
 check "node allocatable $RES back to 8" vmqc_poll 30 1 alloc 8
 find "$SOCK_DIR" "$DEVINFO" -mindepth 1 2>/dev/null | sed 's/^/    left: /'
 
+# ------------------------------------------------------------------ helm uninstall
+step "helm uninstall: nothing of vhostmq is left"
+T_UN=$(vmq_now)
+if h uninstall "$RELEASE" --namespace "$DS_NS" --wait --timeout 3m >"$OUT/helm-uninstall.log" 2>&1; then
+    pass "helm uninstall --wait ($(vmqc_secs "$T_UN") s)"
+else
+    fail "helm uninstall (log $OUT/helm-uninstall.log)"
+fi
+no_release_pods() { [[ -z $(k -n "$DS_NS" get pods -o name 2>/dev/null) ]]; }
+check "no pod left in $DS_NS" vmqc_poll 90 1 no_release_pods
+T[uninstall]=$(vmqc_secs "$T_UN")
+check "no object of the release left (namespaced or cluster-wide)" \
+    test -z "$(k get ds,deploy,svc,sa,secret,cm,role,rolebinding,job,network-attachment-definitions.k8s.cni.cncf.io -n "$DS_NS" -l app.kubernetes.io/instance=$RELEASE -o name 2>&1;
+        k get mutatingwebhookconfiguration,clusterrole,clusterrolebinding -l app.kubernetes.io/instance=$RELEASE -o name 2>&1;
+        k -n kubevirt get role,rolebinding -l app.kubernetes.io/instance=$RELEASE -o name 2>&1)"
+check "the pre-delete hook took the binding out of the KubeVirt CR" test -z "$(kv_binding)"
+check "vhostmq-cni removed from the node's CNI bin dir" test ! -e "$NODE_CNI_BIN/vhostmq-cni"
+node_files() { find "$NODE_CNI_CONF/vhostmq.d" /var/lib/vhostmq "$SOCK_DIR" "$DEVINFO" -mindepth 1 ! -type d 2>/dev/null; }
+no_node_files() { [[ -z $(node_files) ]]; }
+if vmqc_poll 30 1 no_node_files; then
+    pass "no file or socket left on the node (CNI kubeconfig, agent state, sockets, device-info)"
+else
+    fail "files left on the node: $(node_files | tr '\n' ' ')"
+fi
+check "node allocatable $RES = 0" vmqc_poll 60 1 alloc 0
+
 # ------------------------------------------------------------------ summary
 echo
 echo "===== real KubeVirt $KV_VERSION + vhostmq ($(cat "$VMKV_RUN/timings" 2>/dev/null))"
@@ -427,6 +532,8 @@ for vm in vm1 vm2; do
 done
 echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG)"
 echo "delete -> launcher pods gone ${T[pods_gone]:--} s, allocations reclaimed ${T[reclaim]:--} s"
+echo "helm upgrade to a rebuilt image: ${T[upgrade]:--} s until both ports were back; longest gap between vm2's pings (every 0.2 s) ${T[upgrade_gap]:--} s"
+echo "helm uninstall -> no pod left ${T[uninstall]:--} s"
 echo "whole test $(vmqc_secs "$T_TEST") s; guest consoles and logs in $OUT"
 echo "$passed passed, $failed failed"
 ((failed == 0))

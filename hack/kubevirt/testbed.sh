@@ -78,7 +78,7 @@ project_bins() {
     else
         cp "$src/multus-lite" "$BIN_DIR/multus-lite"
     fi
-    for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl vhostmq-cni vhostmq-kubevirt-binding vhostmq-webhook; do
+    for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl vhostmq-cni vhostmq-install-cni vhostmq-kubevirt-binding vhostmq-kubevirt-register vhostmq-webhook; do
         [[ -x $src/$b ]] || vmq_die "$src/$b missing"
         cp "$src/$b" "$BIN_DIR/.$b.new"
         mv -f "$BIN_DIR/.$b.new" "$BIN_DIR/$b"
