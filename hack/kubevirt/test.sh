@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue #7's proof on real KubeVirt, in one command: build KubeVirt v1.7.0
+# Issues #7 and #8 proven on real KubeVirt, in one command: build KubeVirt v1.7.0
 # (build.sh), its Debian images (images.sh), bring up the test bed
 # (testbed.sh up: the one-node cluster with multus-lite, kube-proxy,
 # KubeVirt with useEmulation, the vhostmq binding), run the VM test
-# (test-vm.sh: DaemonSet, NAD, webhook, a 4-vCPU and a 2-vCPU VM on vhostmq,
-# queues, traffic, cleanup), and take down what it brought up.  Prints the
+# (test-vm.sh: helm install of the chart, a 4-vCPU and a 2-vCPU VM on vhostmq,
+# queues, traffic, helm upgrade and uninstall), and take down what it brought up.  Prints the
 # timings of each stage and ends with "N passed, N failed" (the stages and
 # every check of test-vm.sh); exit status 1 if anything failed.
 #
