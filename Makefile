@@ -51,10 +51,11 @@ test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/ku
 	hack/kubevirt/test.sh
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), then the in-process Go benchmarks
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
+	$(GO) run ./hack/bench/wakeup
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
