@@ -271,6 +271,10 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		Mac:        mac.String(),
 		Mtu:        conf.MTU,
 		Polling:    poll,
+		Network:    conf.Name,
+		Vlan:       conf.VLAN,
+		Uplink:     conf.Uplink,
+		Dhcp:       *conf.DHCP,
 		Labels: map[string]string{
 			LabelContainerID: args.ContainerID,
 			LabelIfName:      args.IfName,
@@ -324,7 +328,7 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 		return cause
 	}
 	// Addresses first: the guest learns them from the result (KubeVirt
-	// passes them on), the dataplane does not need them.
+	// shows them) and, with dhcp, from the dataplane's DHCP server.
 	if conf.IPAM.Type != "" {
 		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
 		if err != nil {
@@ -342,6 +346,9 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 			ip.Interface = current.Int(0)
 		}
 		res.IPs, res.Routes, res.DNS = ir.IPs, ir.Routes, ir.DNS
+		if s.Dhcp {
+			s.Ip = ipConfig(ir)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
@@ -378,6 +385,31 @@ func ipamSpeaks11(plugin string) bool {
 	}
 	vi, err := invoke.GetVersionInfo(context.Background(), path, nil)
 	return err == nil && slices.Contains(vi.SupportedVersions(), "1.1.0")
+}
+
+// ipConfig is the IPAM result as the agent's port IP configuration (what
+// its DHCP server hands out).
+func ipConfig(r *current.Result) *agentv1.IPConfig {
+	c := &agentv1.IPConfig{}
+	for _, ip := range r.IPs {
+		c.Addresses = append(c.Addresses, ip.Address.String())
+		if c.Gateway == "" && ip.Gateway != nil && ip.Address.IP.To4() != nil && ip.Gateway.To4() != nil {
+			c.Gateway = ip.Gateway.String()
+		}
+	}
+	for _, rt := range r.Routes {
+		route := &agentv1.Route{Dst: rt.Dst.String()}
+		if rt.GW != nil {
+			route.Gateway = rt.GW.String()
+		}
+		c.Routes = append(c.Routes, route)
+	}
+	c.DnsServers = append(c.DnsServers, r.DNS.Nameservers...)
+	if r.DNS.Domain != "" && !slices.Contains(r.DNS.Search, r.DNS.Domain) {
+		c.DnsSearch = append(c.DnsSearch, r.DNS.Domain)
+	}
+	c.DnsSearch = append(c.DnsSearch, r.DNS.Search...)
+	return c
 }
 
 // ipamError keeps the delegated plugin's CNI error code.
@@ -554,6 +586,14 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return mismatch("role", got.GetRole(), want.Role)
 	case !slices.Equal(got.GetSlots(), want.Slots):
 		return mismatch("slots", got.GetSlots(), want.Slots)
+	case got.GetNetwork() != want.Network:
+		return mismatch("network", got.GetNetwork(), want.Network)
+	case got.GetVlan() != want.Vlan:
+		return mismatch("vlan", got.GetVlan(), want.Vlan)
+	case got.GetUplink() != want.Uplink:
+		return mismatch("uplink", got.GetUplink(), want.Uplink)
+	case got.GetDhcp() != want.Dhcp:
+		return mismatch("dhcp", got.GetDhcp(), want.Dhcp)
 	}
 	if conf.PrevResult != nil {
 		prev, err := current.NewResultFromResult(conf.PrevResult)

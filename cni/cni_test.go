@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +22,8 @@ import (
 
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/plugin"
 )
 
@@ -366,6 +371,12 @@ func TestBadConfigCreatesNothing(t *testing.T) {
 		{"deviceID conflict", `,"deviceID":"c0-s0","runtimeConfig":{"deviceID":"c0-s1"}`, types.ErrInvalidNetworkConfig, "deviceID"},
 		{"no deviceID", ``, ErrNoDevice, "no vhostmq.io/queue-pairs device allocated to this pod"},
 		{"unallocated device", `,"deviceID":"c0-s3"`, ErrNoAllocation, `device "c0-s3"`},
+		{"dhcp type", `,"deviceID":"c0-s0","dhcp":"yes"`, types.ErrInvalidNetworkConfig, `dhcp: "yes" is not true or false`},
+		{"dhcp without ipam", `,"deviceID":"c0-s0","dhcp":true`, types.ErrInvalidNetworkConfig, "dhcp: true needs ipam"},
+		{"vlan", `,"deviceID":"c0-s0","vlan":4095`, types.ErrInvalidNetworkConfig, "vlan: 4095 is outside 0..4094"},
+		{"vlan type", `,"deviceID":"c0-s0","vlan":-1`, types.ErrInvalidNetworkConfig, "vlan: -1 is not a number"},
+		{"uplink", `,"deviceID":"c0-s0","uplink":"eth0"`, types.ErrInvalidNetworkConfig, `uplink: "eth0" is not`},
+		{"uplink the node lacks", `,"deviceID":"c0-s0","uplink":"tap"`, ErrAgentRejected, "spec.uplink"},
 	} {
 		conf := e.conf(tc.extra)
 		// every case also names a device-info file: it must stay untouched
@@ -445,6 +456,16 @@ func TestIPAMDelegation(t *testing.T) {
 	if len(res.IPs) != 1 || res.IPs[0].Address.String() != "192.0.2.2/28" || res.IPs[0].Interface == nil || *res.IPs[0].Interface != 0 {
 		t.Fatalf("result IPs %v", res.IPs)
 	}
+	// With ipam, dhcp is on by default: the port carries the IPAM result
+	// and the dataplane hands the address to the guest.
+	ps := e.ports()
+	if len(ps) != 1 || !ps[0].Spec.Dhcp || ps[0].Spec.Network != "vhu-net" || ps[0].Spec.Uplink != "none" ||
+		!slices.Equal(ps[0].Spec.Ip.GetAddresses(), []string{"192.0.2.2/28"}) || ps[0].Spec.Ip.GetGateway() != "192.0.2.1" {
+		t.Fatalf("ports %v", ps)
+	}
+	if r := guestDHCP(t, ps[0].Spec.SocketPath, ps[0].Spec.Mac); r.YIAddr != netip.MustParseAddr("192.0.2.2") || string(r.Options[3]) != "\xc0\x00\x02\x01" {
+		t.Errorf("DHCP offer: yiaddr %v router % x", r.YIAddr, r.Options[3])
+	}
 	held := func() int {
 		ents, _ := os.ReadDir(filepath.Join(leases, "vhu-net"))
 		n := 0
@@ -474,4 +495,33 @@ func TestIPAMDelegation(t *testing.T) {
 	if held() != 0 || len(e.ports()) != 0 {
 		t.Errorf("after a failed ADD: %d leases, %d ports", held(), len(e.ports()))
 	}
+}
+
+// guestDHCP plays the guest of a client-role port (QEMU's side listens on
+// the socket) and returns the dataplane's answer to a DISCOVER.
+func guestDHCP(t *testing.T, socket, mac string) dhcptest.Reply {
+	t.Helper()
+	ln, err := frontend.Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.Accept(frontend.Config{}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hw, _ := net.ParseMAC(mac)
+	if err := f.Send(0, dhcptest.Frame(dhcptest.Discover, 7, [6]byte(hw))); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := f.Recv(0, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := dhcptest.ParseReply(fr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -32,6 +32,7 @@ const (
 	maxMTU        = 9702
 	maxQueuePairs = 128
 	maxSunPath    = 108
+	maxVLAN       = 4094
 )
 
 // Error codes of this plugin (the CNI spec reserves 0-99).
@@ -79,6 +80,16 @@ type NetConf struct {
 	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
 	// ResourceName is the device plugin's extended resource.
 	ResourceName string `json:"resourceName,omitempty"`
+	// DHCP: the dataplane answers the guest's DHCPv4 client with the IPAM
+	// result (address, gateway, routes, DNS). Default: on when ipam is
+	// configured; false when the user runs their own DHCP server.
+	DHCP *bool `json:"dhcp,omitempty"`
+	// VLAN is the network's 802.1Q VLAN ID on the node's uplink, 1..4094;
+	// 0 or absent = untagged.
+	VLAN uint32 `json:"vlan,omitempty"`
+	// Uplink is how the network leaves the node: "none" (the default:
+	// VMs on this node only) or "tap" (the agent's tap uplink).
+	Uplink string `json:"uplink,omitempty"`
 
 	// DeviceID and PCIBusID are injected by Multus.
 	DeviceID string `json:"deviceID,omitempty"`
@@ -115,6 +126,7 @@ var knownFields = map[string]bool{
 	"deviceID": true, "pciBusID": true,
 	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
 	"socketMode": true, "polling": true, "kubeconfig": true, "podResourcesSocket": true, "resourceName": true,
+	"dhcp": true, "vlan": true, "uplink": true,
 }
 
 // loadConf parses and validates a configuration; every error is a
@@ -131,6 +143,19 @@ func loadConf(data []byte) (*NetConf, error) {
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if !knownFields[k] {
 			return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unknown field %q", k), "")
+		}
+	}
+	// Typed fields with a message naming them, not encoding/json's.
+	for _, f := range []struct {
+		key, want string
+		ok       func(json.RawMessage) bool
+	}{
+		{"dhcp", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
+		{"vlan", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
+		{"uplink", "a string", func(r json.RawMessage) bool { var v string; return json.Unmarshal(r, &v) == nil }},
+	} {
+		if r, ok := keys[f.key]; ok && !f.ok(r) {
+			return nil, configError("%s: %s is not %s", f.key, r, f.want)
 		}
 	}
 	n := &NetConf{}
@@ -186,6 +211,22 @@ func loadConf(data []byte) (*NetConf, error) {
 	}
 	if _, ok := keys["ipam"]; ok && n.IPAM.Type == "" {
 		return nil, configError("ipam: has no \"type\" (the IPAM plugin to delegate to, e.g. host-local)")
+	}
+	if n.DHCP == nil {
+		on := n.IPAM.Type != ""
+		n.DHCP = &on
+	} else if *n.DHCP && n.IPAM.Type == "" {
+		return nil, configError("dhcp: true needs ipam (the addresses the dataplane hands out)")
+	}
+	if n.VLAN > maxVLAN {
+		return nil, configError("vlan: %d is outside 0..%d", n.VLAN, maxVLAN)
+	}
+	switch n.Uplink {
+	case "":
+		n.Uplink = "none"
+	case "none", "tap":
+	default:
+		return nil, configError("uplink: %q is not \"none\" (this node only) or \"tap\" (the node's tap uplink)", n.Uplink)
 	}
 	n.device = n.RuntimeConfig.DeviceID
 	if n.device == "" {

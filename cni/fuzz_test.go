@@ -15,6 +15,8 @@ func FuzzLoadConf(f *testing.F) {
 		`{"cniVersion":"1.1.0","name":"n","type":"vhostmq-cni","mtu":9000,"queuePairs":4,"socketMode":"client","polling":"busy","deviceID":"c0-s0","runtimeConfig":{"deviceID":"c0-s0","mac":"52:54:00:00:00:01","CNIDeviceInfoFile":"/x"}}`,
 		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","ipam":{"type":"host-local","subnet":"192.0.2.0/24"},"kubeconfig":"/k","resourceName":"a/b"}`,
 		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}]}}`,
+		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","dhcp":false,"vlan":10,"uplink":"tap","ipam":{"type":"static"}}`,
+		`{"cniVersion":"1.0.0","name":"n","type":"vhostmq-cni","dhcp":true}`, `{"vlan":"10"}`,
 		`{"MTU":1}`, `[]`, `null`,
 	} {
 		f.Add([]byte(s))
@@ -29,7 +31,8 @@ func FuzzLoadConf(f *testing.F) {
 			return
 		}
 		if n.MTU != 0 && (n.MTU < minMTU || n.MTU > maxMTU) || n.QueuePairs > maxQueuePairs ||
-			(n.SocketMode != "server" && n.SocketMode != "client") || n.AgentSocket == "" || n.SocketRoot == "" {
+			(n.SocketMode != "server" && n.SocketMode != "client") || n.AgentSocket == "" || n.SocketRoot == "" ||
+			n.VLAN > maxVLAN || (n.Uplink != "none" && n.Uplink != "tap") || n.DHCP == nil || (*n.DHCP && n.IPAM.Type == "") {
 			t.Fatalf("accepted an invalid config: %+v", n)
 		}
 	})

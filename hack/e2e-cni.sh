@@ -456,6 +456,8 @@ if part cnitool; then
     fi
     check "host-local IPAM: lease 192.0.2.2 held for $CID" grep -qs "$CID" "$LEASES/192.0.2.2"
     check "host-local IPAM: port $ID exists" has_port "$ID"
+    check "host-local IPAM: port $ID has dhcp on (the default with ipam) with the IPAM result" port_is "$ID" \
+        '{"network":"vhostmq-e2e-ipam","dhcp":true,"ip":{"addresses":["192.0.2.2/28"],"gateway":"192.0.2.1","routes":[],"dns_servers":[],"dns_search":[],"lease_seconds":0}}'
     cnitool_run check_ipam check vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool check"
     cnitool_run del_ipam del vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool del"
     check "host-local IPAM: DEL released the lease (dataDir has none: '$(leases)')" test -z "$(leases)"
@@ -685,6 +687,12 @@ if part errors; then
     ecase bad-mtu "$(econf '.mtu = 65000')" "${ENV_ADD[@]}"
     ecase bad-socketmode "$(econf '.socketMode = "listen"')" "${ENV_ADD[@]}"
     ecase bad-queuepairs "$(econf '.queuePairs = 129')" "${ENV_ADD[@]}"
+    ecase bad-dhcp "$(econf '.dhcp = "yes"')" "${ENV_ADD[@]}"
+    ecase dhcp-without-ipam "$(econf '.dhcp = true')" "${ENV_ADD[@]}"
+    ecase bad-vlan "$(econf '.vlan = 4095')" "${ENV_ADD[@]}"
+    ecase bad-uplink "$(econf '.uplink = "eth0"')" "${ENV_ADD[@]}"
+    # the agent refuses: this node has no tap uplink
+    ecase uplink-not-on-node "$(econf '.uplink = "tap"')" "${ENV_ADD[@]}"
     # allocation
     ecase no-deviceid "$(econf 'del(.deviceID)')" "${ENV_ADD[@]}"
     mkdir -p "$WORK/empty-root"

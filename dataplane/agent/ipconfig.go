@@ -8,10 +8,22 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
+
+// Uplink kinds a network may name.
+const (
+	UplinkNone = "none"
+	UplinkTap  = "tap"
+)
+
+// hasUplink reports whether this node has an uplink of that kind.
+func (a *Agent) hasUplink(kind string) bool { return false }
 
 // networkPattern admits NAD names (namespace/name) and plain names.
 var networkPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{0,253}$`)
@@ -58,9 +70,24 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 	if s.Vlan > vswitch.MaxVLAN {
 		return invalid("vlan", "%d is outside 0..%d", s.Vlan, vswitch.MaxVLAN)
 	}
+	switch s.Uplink {
+	case UplinkNone:
+	case UplinkTap:
+		if !a.hasUplink(UplinkTap) {
+			return status.Errorf(codes.FailedPrecondition, "spec.uplink: %q, but this node has no tap uplink (agent config uplink.tap)", s.Uplink)
+		}
+	default:
+		return invalid("uplink", "%q is not %q or %q", s.Uplink, UplinkNone, UplinkTap)
+	}
 	for _, r := range a.ports {
-		if r.spec.Id != s.Id && r.spec.Network == s.Network && r.spec.Vlan != s.Vlan {
+		if r.spec.Id == s.Id || r.spec.Network != s.Network {
+			continue
+		}
+		if r.spec.Vlan != s.Vlan {
 			return invalid("vlan", "%d, but port %q of network %q has vlan %d", s.Vlan, r.spec.Id, s.Network, r.spec.Vlan)
+		}
+		if r.spec.Uplink != s.Uplink {
+			return invalid("uplink", "%q, but port %q of network %q has uplink %q", s.Uplink, r.spec.Id, s.Network, r.spec.Uplink)
 		}
 	}
 	if s.Ip == nil {

@@ -52,6 +52,9 @@ func normalize(spec *agentv1.PortSpec) *agentv1.PortSpec {
 		}
 	}
 	normalizeIP(n.Ip)
+	if n.Uplink == "" {
+		n.Uplink = UplinkNone
+	}
 	return n
 }
 
@@ -165,6 +168,8 @@ func firstDifference(a, b *agentv1.PortSpec) string {
 		return "ip"
 	case a.Dhcp != b.Dhcp:
 		return "dhcp"
+	case a.Uplink != b.Uplink:
+		return "uplink"
 	}
 	return ""
 }

@@ -155,7 +155,39 @@ type portJSON struct {
 	Polling    string            `json:"polling"`
 	Labels     map[string]string `json:"labels"`
 	Pod        string            `json:"pod"` // namespace/name from the labels, or ""
+	Network    string            `json:"network"`
+	VLAN       uint32            `json:"vlan"`
+	Uplink     string            `json:"uplink"`
+	DHCP       bool              `json:"dhcp"`
+	IP         *ipJSON           `json:"ip"` // null: none given
 	Status     portStatusJSON    `json:"status"`
+}
+
+type ipJSON struct {
+	Addresses    []string    `json:"addresses"`
+	Gateway      string      `json:"gateway"`
+	Routes       []routeJSON `json:"routes"`
+	DNSServers   []string    `json:"dns_servers"`
+	DNSSearch    []string    `json:"dns_search"`
+	LeaseSeconds uint32      `json:"lease_seconds"`
+}
+
+type routeJSON struct {
+	Dst     string `json:"dst"`
+	Gateway string `json:"gateway"`
+}
+
+func toIPJSON(ip *agentv1.IPConfig) *ipJSON {
+	if ip == nil {
+		return nil
+	}
+	j := &ipJSON{Addresses: append([]string{}, ip.GetAddresses()...), Gateway: ip.GetGateway(), Routes: []routeJSON{},
+		DNSServers: append([]string{}, ip.GetDnsServers()...), DNSSearch: append([]string{}, ip.GetDnsSearch()...),
+		LeaseSeconds: ip.GetLeaseSeconds()}
+	for _, r := range ip.GetRoutes() {
+		j.Routes = append(j.Routes, routeJSON{Dst: r.GetDst(), Gateway: r.GetGateway()})
+	}
+	return j
 }
 
 type portStatusJSON struct {
@@ -210,6 +242,11 @@ func toPortJSON(p *agentv1.Port) portJSON {
 		Polling:    pollingName(s.GetPolling()),
 		Labels:     map[string]string{},
 		Pod:        pod(s.GetLabels()),
+		Network:    s.GetNetwork(),
+		VLAN:       s.GetVlan(),
+		Uplink:     s.GetUplink(),
+		DHCP:       s.GetDhcp(),
+		IP:         toIPJSON(s.GetIp()),
 		Status: portStatusJSON{
 			Connected:    st.GetConnected(),
 			Connects:     st.GetConnects(),

@@ -153,7 +153,11 @@ type PortSpec struct {
 	Ip *IPConfig `protobuf:"bytes,15,opt,name=ip,proto3" json:"ip,omitempty"`
 	// dhcp: the dataplane answers the guest's DHCPv4 client from ip (the
 	// first IPv4 address) instead of switching its requests.
-	Dhcp          bool `protobuf:"varint,16,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
+	Dhcp bool `protobuf:"varint,16,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
+	// uplink is how the network leaves the node: "none" (VMs on this node
+	// only; "" means none) or "tap" (the node's tap uplink, named in the
+	// agent config). Every port of a network must give the same.
+	Uplink        string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,6 +302,13 @@ func (x *PortSpec) GetDhcp() bool {
 		return x.Dhcp
 	}
 	return false
+}
+
+func (x *PortSpec) GetUplink() string {
+	if x != nil {
+		return x.Uplink
+	}
+	return ""
 }
 
 type IPConfig struct {
@@ -1696,7 +1707,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xeb\x04\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\x83\x05\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -1719,7 +1730,8 @@ const file_agent_proto_rawDesc = "" +
 	"\anetwork\x18\r \x01(\tR\anetwork\x12\x12\n" +
 	"\x04vlan\x18\x0e \x01(\rR\x04vlan\x12*\n" +
 	"\x02ip\x18\x0f \x01(\v2\x1a.vhostmq.agent.v1.IPConfigR\x02ip\x12\x12\n" +
-	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x1a9\n" +
+	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x12\x16\n" +
+	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
