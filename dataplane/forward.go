@@ -59,6 +59,7 @@ type usedElem struct {
 type rxHold struct {
 	v      *netdev.Vring
 	q      *virtq.Queue
+	port   *port  // v's port, when known: a stopped ring is no longer offered to flows
 	avail  int    // chains known to be available and not yet taken; re-read at 0
 	frames uint64 // frames pushed and not yet published
 	bytes  uint64
@@ -222,6 +223,7 @@ func (w *worker) serveTX(a *assignment) bool {
 func (w *worker) unlockBurst(tx *netdev.Vring) {
 	if h := &w.s.rx; h.v != nil {
 		if h.v == w.s.culprit {
+			h.unready()
 			h.v.Unlock()
 			*h = rxHold{}
 		} else {
@@ -336,7 +338,9 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	}
 	rv := dst.dev.Vrings()[2*pair]
 	h := w.holdRX(rv)
-	if h == nil {
+	if h != nil {
+		h.port = dst
+	} else {
 		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
 		if n <= maxFrame {
 			rv.Counters.DropDisable.Add(1)
@@ -383,6 +387,7 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 		rv.Counters.DropDisable.Add(1)
 		return
 	}
+	h.port = dst
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
@@ -509,8 +514,19 @@ func (w *worker) commit(h *rxHold, nbufs, frameLen int) {
 // breakHeld stops the held RX vring (its driver broke the ring protocol)
 // after publishing the frames it already took, and releases it.
 func (w *worker) breakHeld(err error) {
-	w.breakVring(w.s.rx.v, err)
+	h := &w.s.rx
+	w.breakVring(h.v, err)
+	h.unready()
 	w.releaseRX(false)
+}
+
+// unready takes the held RX vring out of pickRX's choices until the
+// frontend sets it up again (the Changed hook), so that flows pinned to it
+// move to the port's other pairs instead of being dropped there.
+func (h *rxHold) unready() {
+	if h.port != nil {
+		h.port.rxReady[h.v.Pair()].Store(false)
+	}
 }
 
 // touch remembers that rv needs an interrupt decision at the end of the

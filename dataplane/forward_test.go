@@ -324,3 +324,52 @@ func TestFaultMidBurstSettlesTheRest(t *testing.T) {
 		t.Errorf("a's TX ring stopped for b's fault")
 	}
 }
+
+// TestStoppedRxPairIsNotOffered: when a guest breaks one RX ring, flows
+// pinned to that queue pair move to the port's other pairs (before, they
+// kept being picked for the stopped ring and dropped there until the
+// frontend set it up again).
+func TestStoppedRxPairIsNotOffered(t *testing.T) {
+	d := newDataplane(t)
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2})
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2, NoRxPrefill: true})
+	if err := b.Refill(1); err != nil { // pair 0 gets no buffers yet
+		t.Fatal(err)
+	}
+	if err := a.Send(0, broadcastFrom(macA)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(0, broadcastFrom(macB)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Recv(0, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// b sends the flow on pair 0: the switch pins it to b's pair 0.
+	flow := udpFrame(macA, macB, 4242, 9, []byte("pin"))
+	if err := b.Send(0, flow); err != nil {
+		t.Fatal(err)
+	}
+	recvAny(t, a, 2, 2*time.Second)
+	// b's pair-0 RX buffer lies outside its memory: the next write stops
+	// that ring.
+	ids, err := b.ReserveDescs(0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.WriteDesc(0, int(ids[0]), 1<<50, 2048, virtio.DescFWrite, 0)
+	b.PublishAvail(0, ids[0])
+	back := reply(flow)
+	if err := a.Send(0, back); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's RX ring 0 to stop", func() bool { return portStats(t, d, "b").Queues[0].Drops.BadChain == 1 })
+	if err := a.Send(0, back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Recv(1, 2*time.Second)
+	if err != nil || !bytes.Equal(got, back) {
+		t.Fatalf("the flow's next frame did not move to b's pair 1 (%v); rxDisabled drops on pair 0: %d",
+			err, portStats(t, d, "b").Queues[0].Drops.RxDisabled)
+	}
+}
