@@ -5,8 +5,6 @@ package dataplane
 // another guest's chain.
 
 import (
-	"github.com/vhostmq/vhostmq/dataplane/netdev"
-	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
@@ -15,7 +13,9 @@ import (
 // head of q) and puts the answer, if any, into p's RX ring. The caller
 // holds q's vring lock.
 func (w *worker) answerDHCP(p *port, q *virtq.Queue, head uint16, hdrLen, frameLen int) {
-	// Lock order: the TX vring, r.mu, then an RX vring.
+	// Lock order: r.mu, then an RX vring. A worker never waits for r.mu
+	// while it holds an RX vring.
+	w.releaseRX(false)
 	r := p.dhcp
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -34,85 +34,31 @@ func (w *worker) answerDHCP(p *port, q *virtq.Queue, head uint16, hdrLen, frameL
 }
 
 // deliverBuf copies a frame from a dataplane buffer into an RX vring of
-// dst, spanning several chains with MRG_RXBUF. The virtio-net header says
-// nothing but num_buffers: the frame is complete and checksummed.
-func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) bool {
+// dst through the burst's RX hold (so a worker still holds at most one RX
+// vring), spanning several chains with MRG_RXBUF. The virtio-net header
+// says nothing but num_buffers: the frame is complete and checksummed.
+func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return false
+		return
 	}
 	rv := dst.dev.Vrings()[2*pair]
-	rv.Lock()
-	defer rv.Unlock()
-	rq := rv.Queue()
-	if rq == nil {
+	h := w.holdRX(rv)
+	if h == nil {
 		rv.Counters.DropDisable.Add(1)
-		return false
+		return
 	}
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
-	ok := w.deliverBufLocked(rv, rq, frame)
+	var none virtq.Reader // the whole frame is the prefix
+	n, nbufs, res := w.fill(h, frame, &none, len(frame))
+	switch res {
+	case fillDone:
+		w.commit(h, nbufs, n)
+	case fillNoRoom:
+		rv.Counters.DropNoBuf.Add(1)
+	}
 	s.culprit = prev
-	return ok
-}
-
-func (w *worker) deliverBufLocked(rv *netdev.Vring, rq *virtq.Queue, frame []byte) bool {
-	s := &w.s
-	avail, err := rq.Pending()
-	if err != nil {
-		w.breakVring(rv, err)
-		return false
-	}
-	var hdr [virtio.NetHdrSize]byte
-	(&virtio.NetHdr{NumBuffers: 1}).Encode(hdr[:])
-	dhdr := rv.HdrLen()
-	nbufs, copied := 0, 0
-	for copied < len(frame) {
-		if nbufs == avail || nbufs == maxMergeBufs || (nbufs == 1 && !rv.Mergeable()) {
-			rq.Unpop(nbufs)
-			rv.Counters.DropNoBuf.Add(1)
-			return false
-		}
-		h, err := rq.Pop()
-		if err != nil {
-			rq.Unpop(nbufs)
-			w.breakVring(rv, err)
-			return false
-		}
-		wr := rq.NewWriter(h)
-		n := 0
-		if nbufs == 0 {
-			n = wr.Write(hdr[:dhdr])
-		}
-		c := wr.Write(frame[copied:])
-		if err := wr.Err(); err != nil {
-			rq.Unpop(nbufs + 1)
-			w.breakVring(rv, err)
-			return false
-		}
-		if (nbufs == 0 && n < dhdr) || c == 0 {
-			rq.Unpop(nbufs + 1) // a buffer too small for anything
-			rv.Counters.DropNoBuf.Add(1)
-			return false
-		}
-		copied += c
-		s.used[nbufs] = usedElem{head: h, len: uint32(n + c)}
-		nbufs++
-	}
-	if nbufs > 1 {
-		wr := rq.NewWriter(s.used[0].head)
-		wr.Skip(10)
-		nb := [2]byte{byte(nbufs), byte(nbufs >> 8)}
-		wr.Write(nb[:])
-	}
-	for i := range nbufs {
-		rq.Push(s.used[i].head, s.used[i].len)
-	}
-	rq.Publish()
-	rv.Counters.Packets.Add(1)
-	rv.Counters.Bytes.Add(uint64(len(frame)))
-	w.touch(rv)
-	return true
 }
