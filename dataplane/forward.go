@@ -115,6 +115,9 @@ func (w *worker) serveTX(a *assignment) bool {
 	var pkts, bytes, runts, oversize, nodest, disabled uint64
 	s := &w.s
 	s.start = now
+	multiPair := len(src.rxReady) > 1
+	var lastSmac vswitch.MAC
+	learned := false
 	for range n {
 		head, err := q.Pop()
 		if err != nil {
@@ -143,7 +146,6 @@ func (w *worker) serveTX(a *assignment) bool {
 		frame := s.peek[hdrLen:got]
 		var dmac vswitch.MAC
 		copy(dmac[:], frame[0:6])
-		hash := vswitch.FlowHash(frame)
 		// DHCP from a guest whose lease the dataplane holds is answered
 		// here (local.go), never switched.
 		local := src.dhcp != nil && dhcp.IsClientFrame(frame)
@@ -152,6 +154,12 @@ func (w *worker) serveTX(a *assignment) bool {
 			if p, ok := src.net.macs.Lookup(dmac); ok {
 				to = p
 			}
+		}
+		// The flow hash picks among a destination's pairs and records the
+		// source's; a port with one pair needs neither.
+		var hash uint32
+		if multiPair || to == nil || len(to.rxReady) > 1 {
+			hash = vswitch.FlowHash(frame)
 		}
 		var frameLen int
 		if to != nil && to != src {
@@ -171,8 +179,15 @@ func (w *worker) serveTX(a *assignment) bool {
 		}
 		var smac vswitch.MAC
 		copy(smac[:], frame[6:12])
-		src.net.macs.Learn(smac, src, now)
-		src.flows.Record(hash, a.pair)
+		if !learned || smac != lastSmac {
+			// once per source address and burst: a repeat at the same
+			// time would change nothing
+			src.net.macs.Learn(smac, src, now)
+			lastSmac, learned = smac, true
+		}
+		if multiPair {
+			src.flows.Record(hash, a.pair)
+		}
 		// Every frame that passed the checks counts as transmitted; a frame
 		// that finds no room at its destination is counted there
 		// (rxNoBuffer/rxDisabled), one with no destination at all here.
