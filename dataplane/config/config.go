@@ -21,8 +21,9 @@ import (
 
 // Config is the daemon's configuration file.
 type Config struct {
-	// CPUs the workers run on, one worker per CPU; default: every CPU the
-	// process may run on.
+	// CPUs the workers run on, one worker pinned to each; default (Load
+	// fills it in): every CPU the process may run on, i.e. the pod's
+	// cpuset, so a node pod gets a worker per CPU it was given.
 	CPUs []int `yaml:"cpus,omitempty"`
 	// StatsFile, when set, receives a JSON snapshot of every counter every
 	// 500 ms and at exit.
@@ -92,6 +93,17 @@ func Parse(b []byte) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(c.CPUs) == 0 {
+		var allowed unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+			return nil, fmt.Errorf("config: cpus: reading this process's CPU affinity: %w", err)
+		}
+		for cpu := 0; cpu < 1024; cpu++ {
+			if allowed.IsSet(cpu) {
+				c.CPUs = append(c.CPUs, cpu)
+			}
+		}
 	}
 	return &c, nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -275,6 +276,24 @@ func TestCPUsAffinityChild(t *testing.T) {
 	}
 	if _, err := Parse([]byte(fmt.Sprintf("cpus: [%d]", other))); err == nil {
 		t.Errorf("CPU %d is accepted though the process may not run on it", other)
+	}
+	// no cpus: a worker on every CPU this process may use (a pod's cpuset)
+	f := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(f, []byte("logLevel: info\n"), 0o600)
+	if c, err := Load(f); err != nil || len(c.CPUs) != 1 || c.CPUs[0] != cpu {
+		t.Errorf("Load without cpus, pinned to CPU %d: %v, %v", cpu, c, err)
+	}
+}
+
+func TestLoadDefaultsToEveryAllowedCPU(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(f, []byte("{}\n"), 0o600)
+	c, err := Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cpusAllowed(t); fmt.Sprint(c.CPUs) != fmt.Sprint(want) {
+		t.Errorf("cpus = %v, want every allowed CPU %v", c.CPUs, want)
 	}
 }
 

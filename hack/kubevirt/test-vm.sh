@@ -87,7 +87,8 @@ for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl vhostmq-cni vhostmq-i
 done
 NODE_CNI_BIN=$VMQC_RUN/cni/bin
 NODE_CNI_CONF=$VMQC_RUN/cni/net.d
-HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true)
+HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true
+    --set "dataplane.cpus={0,1}")
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-300}
 RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
