@@ -16,8 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
@@ -29,6 +32,9 @@ type Config struct {
 	CPUs []int
 	// MACAge is how long a learned address lives without traffic.
 	MACAge time.Duration
+	// Uplink, when set, is the tap uplink networks may ask for
+	// (PortOptions.Uplink).
+	Uplink *tap.Config
 	Logger *slog.Logger
 }
 
@@ -47,6 +53,7 @@ type Dataplane struct {
 	mu     sync.Mutex
 	byName map[string]*port
 	nets   map[string]*network // by name; each has its own MAC table and ports
+	up     *uplink             // nil without an uplink; set before any port exists
 	next   int                 // round-robin start for the next port's pairs
 
 	stopAging chan struct{}
@@ -68,7 +75,10 @@ type port struct {
 	dev     *netdev.Port
 	net     *network
 	dhcp    *dhcpResponder // nil: DHCP from this port's guest is switched like any frame
-	workers []*worker      // by pair
+	// up marks a network's stand-in for its uplink in the MAC table
+	// (addresses learned from the tap); such a port has no device.
+	up      *uplink
+	workers []*worker // by pair
 	flows   vswitch.FlowTable
 	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
 }
@@ -91,11 +101,19 @@ func New(cfg Config) (*Dataplane, error) {
 	for i, cpu := range cpus {
 		w, err := newWorker(d, i, cpu)
 		if err != nil {
-			d.stopWorkers()
+			d.closeWorkers()
 			return nil, err
 		}
 		d.workers = append(d.workers, w)
-		go w.routine()
+	}
+	if cfg.Uplink != nil {
+		if err := d.openUplink(*cfg.Uplink); err != nil {
+			d.closeWorkers()
+			return nil, err
+		}
+	}
+	for _, w := range d.workers {
+		go w.routine() // after the uplink: a worker's tap queue is fixed before it runs
 	}
 	go d.routineAging()
 	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus)
@@ -142,6 +160,9 @@ type PortOptions struct {
 	// DHCP, when set, makes the dataplane answer the guest's DHCPv4
 	// client with this lease instead of switching its requests.
 	DHCP *dhcp.Lease
+	// Uplink puts the port's network on the dataplane's tap uplink (every
+	// port of a network must agree).
+	Uplink bool
 }
 
 // CPUs returns the CPUs the workers run on (-1: one unpinned worker).
@@ -208,6 +229,9 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
 		return fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
+	if err := d.checkUplink(opt.Network, opt.VLAN, opt.Uplink); err != nil {
+		return fmt.Errorf("port %q: %w", cfg.Name, err)
+	}
 	dev, err := netdev.New(cfg, d.log, hooks)
 	if err != nil {
 		return err
@@ -215,7 +239,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	p.dev = dev
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
-	d.joinNetwork(p, opt.Network, opt.VLAN)
+	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)
 	for i, w := range p.workers {
 		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling})
 	}
@@ -271,6 +295,17 @@ func (d *Dataplane) Close() {
 	close(d.stopAging)
 	<-d.agingDone
 	d.stopWorkers()
+	if d.up != nil {
+		d.up.dev.Close()
+	}
+}
+
+// closeWorkers releases workers that never ran.
+func (d *Dataplane) closeWorkers() {
+	for _, w := range d.workers {
+		unix.Close(w.epfd)
+		unix.Close(w.wakefd)
+	}
 }
 
 func (d *Dataplane) stopWorkers() {

@@ -162,9 +162,12 @@ func (w *worker) serveTX(a *assignment) bool {
 			hash = vswitch.FlowHash(frame)
 		}
 		var frameLen int
-		if to != nil && to != src {
+		switch {
+		case to != nil && to.up != nil:
+			frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
+		case to != nil && to != src:
 			frameLen = w.forward(to, &r, frame, maxFrame, hash)
-		} else {
+		default:
 			frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
 		}
 		if err := r.Err(); err != nil {
@@ -208,6 +211,10 @@ func (w *worker) serveTX(a *assignment) bool {
 					w.deliver(p, q, head, hdrLen, frameLen, hash)
 					flooded = true
 				}
+			}
+			if src.net.up != nil {
+				w.floodUplink(src.net, q, head, hdrLen, frameLen) // uplink.go
+				flooded = true
 			}
 			if !flooded {
 				nodest++

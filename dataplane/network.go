@@ -17,6 +17,7 @@ type network struct {
 	vlan  int // 802.1Q VID on the uplink; 0 = untagged
 	macs  *vswitch.Table[*port]
 	ports atomic.Pointer[[]*port] // every port, for flooding
+	up    *port                   // the uplink's stand-in in macs; nil when the network is not on the uplink
 }
 
 func newNetwork(name string, vlan int) *network {
@@ -35,11 +36,14 @@ func (d *Dataplane) checkNetwork(name string, vlan int) error {
 }
 
 // joinNetwork adds p to its network, creating the network on first use.
-// Caller holds d.mu and has called checkNetwork.
-func (d *Dataplane) joinNetwork(p *port, name string, vlan int) {
+// Caller holds d.mu and has called checkNetwork and checkUplink.
+func (d *Dataplane) joinNetwork(p *port, name string, vlan int, uplink bool) {
 	n, ok := d.nets[name]
 	if !ok {
 		n = newNetwork(name, vlan)
+		if uplink {
+			d.attachUplink(n)
+		}
 		d.nets[name] = n
 	}
 	p.net = n
@@ -55,6 +59,7 @@ func (d *Dataplane) leaveNetwork(p *port) {
 	n.ports.Store(&all)
 	if len(all) == 0 {
 		delete(d.nets, n.name)
+		d.detachUplink(n)
 	}
 }
 

@@ -25,7 +25,9 @@ func addPortOpt(t testing.TB, d *Dataplane, name string, opt PortOptions) string
 	return s
 }
 
-func discover(chaddr [6]byte, xid uint32) []byte { return dhcptest.Frame(dhcptest.Discover, xid, chaddr) }
+func discover(chaddr [6]byte, xid uint32) []byte {
+	return dhcptest.Frame(dhcptest.Discover, xid, chaddr)
+}
 
 func expectNothing(t testing.TB, f *frontend.Frontend, who string) {
 	t.Helper()

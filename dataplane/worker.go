@@ -80,6 +80,7 @@ type worker struct {
 	events   [64]unix.EpollEvent
 	s        scratch
 	drainBuf [8]byte
+	up       *workerUplink // the worker's tap queue (uplink.go); nil without an uplink
 }
 
 const wakeToken = -1
@@ -237,6 +238,9 @@ func (w *worker) pass() (worked bool) {
 			a.busyNs.Add(d)
 			w.busyNs.Add(d)
 		}
+	}
+	if w.up != nil && w.serveUplinkSafely() {
+		worked = true
 	}
 	return worked
 }
