@@ -43,7 +43,8 @@ func run(path string) error {
 		level.UnmarshalText([]byte(cfg.LogLevel)) // validated by Load
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log})
+	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
+		Uplink: cfg.TapConfig()})
 	if err != nil {
 		return err
 	}

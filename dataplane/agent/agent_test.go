@@ -61,12 +61,19 @@ func logger() *slog.Logger {
 // start runs an agent on dir (root/, state/, api.sock beneath it).
 func start(t *testing.T, dir string, cpus []int, slotsPerCPU int) *env {
 	t.Helper()
-	e := &env{t: t, root: filepath.Join(dir, "s"), state: filepath.Join(dir, "state"), api: filepath.Join(dir, "api.sock"), done: make(chan error, 1)}
-	os.MkdirAll(e.root, 0o755)
 	dp, err := dataplane.New(dataplane.Config{CPUs: cpus, Logger: logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startOn(t, dir, dp, slotsPerCPU)
+}
+
+// startOn runs an agent on dir over dp (which it closes).
+func startOn(t *testing.T, dir string, dp *dataplane.Dataplane, slotsPerCPU int) *env {
+	t.Helper()
+	e := &env{t: t, root: filepath.Join(dir, "s"), state: filepath.Join(dir, "state"), api: filepath.Join(dir, "api.sock"), done: make(chan error, 1)}
+	os.MkdirAll(e.root, 0o755)
+	var err error
 	e.dp = dp
 	e.ag, err = New(Config{SlotsPerCPU: slotsPerCPU, SocketRoot: e.root, StateDir: e.state, APISocket: e.api, Logger: logger()}, dp)
 	if err != nil {

@@ -69,6 +69,14 @@ func (h *healthMonitor) compute() *agentv1.Health {
 		}
 		out.Reason += fmt.Sprintf("%d stored ports could not be restored", nfailed)
 	}
+	// A broken uplink leaves the node's VMs (and its slots) working: it is
+	// reported, and new ports on uplinked networks are refused.
+	if err := a.dp.UplinkHealth(); err != nil {
+		if out.Reason != "" {
+			out.Reason += "; "
+		}
+		out.Reason += "uplink: " + err.Error()
+	}
 	for _, s := range a.slots {
 		reason := byCPU[s.cpu]
 		out.Slots = append(out.Slots, &agentv1.SlotHealth{Id: s.id, Healthy: reason == "", Reason: reason})

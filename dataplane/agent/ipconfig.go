@@ -22,9 +22,6 @@ const (
 	UplinkTap  = "tap"
 )
 
-// hasUplink reports whether this node has an uplink of that kind.
-func (a *Agent) hasUplink(kind string) bool { return false }
-
 // networkPattern admits NAD names (namespace/name) and plain names.
 var networkPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{0,253}$`)
 
@@ -73,8 +70,11 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 	switch s.Uplink {
 	case UplinkNone:
 	case UplinkTap:
-		if !a.hasUplink(UplinkTap) {
+		if !a.dp.HasUplink(UplinkTap) {
 			return status.Errorf(codes.FailedPrecondition, "spec.uplink: %q, but this node has no tap uplink (agent config uplink.tap)", s.Uplink)
+		}
+		if err := a.dp.UplinkHealth(); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "spec.uplink: the tap uplink cannot carry traffic: %v", err)
 		}
 	default:
 		return invalid("uplink", "%q is not %q or %q", s.Uplink, UplinkNone, UplinkTap)

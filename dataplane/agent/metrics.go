@@ -37,6 +37,11 @@ var (
 	descWBusy     = desc("worker_busy_seconds_total", "Time the worker spent moving frames; its rate is the busy ratio.", []string{"cpu"})
 	descWHealthy  = desc("worker_healthy", "1 when the worker is running and its CPU usable.", []string{"cpu"})
 	descSlots     = desc("slots", "Queue slots on this node, by state.", []string{"state"})
+	uplinkLabels  = []string{"uplink", "kind"}
+	descUpPackets = desc("uplink_packets_total", "Frames through the uplink; direction rx is from it, tx toward it.", append(uplinkLabels, "direction"))
+	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
+	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
+	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (its tap and bridge exist and are up).", uplinkLabels)
 )
 
 // collector reads the counters at scrape time; nothing is kept twice.
@@ -44,7 +49,7 @@ type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descEnabled,
-		descConnected, descConnects, descWBusy, descWHealthy, descSlots} {
+		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy} {
 		ch <- d
 	}
 }
@@ -90,6 +95,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, w := range a.health.workers() {
 		gauge(descWHealthy, b2f(w.Healthy), strconv.Itoa(w.CPU))
+	}
+	if u, ok := a.dp.UplinkStats(); ok {
+		l := []string{u.Name, u.Kind}
+		counter(descUpPackets, float64(u.RxPackets), append(l, "rx")...)
+		counter(descUpPackets, float64(u.TxPackets), append(l, "tx")...)
+		counter(descUpBytes, float64(u.RxBytes), append(l, "rx")...)
+		counter(descUpBytes, float64(u.TxBytes), append(l, "tx")...)
+		for _, r := range []struct {
+			reason string
+			v      uint64
+		}{{"rx_no_network", u.RxNoNetwork}, {"rx_runt", u.RxRunt}, {"rx_no_destination", u.RxNoDestination},
+			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}} {
+			counter(descUpDrops, float64(r.v), append(l, r.reason)...)
+		}
+		gauge(descUpHealthy, b2f(u.Healthy), l...)
 	}
 	capa := a.Capacity()
 	gauge(descSlots, float64(capa.SlotsUsed), "used")

@@ -2,19 +2,26 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/vhostmq/vhostmq/dataplane"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/tap"
 )
 
 func ipConfig() *agentv1.IPConfig {
@@ -160,5 +167,69 @@ func TestSchema1StateRestored(t *testing.T) {
 	}
 	if aside, _ := filepath.Glob(filepath.Join(state, stateName+".corrupt-*")); len(aside) != 0 {
 		t.Errorf("schema 1 file was put aside: %v", aside)
+	}
+}
+
+// TestTapUplinkThroughTheAgent: with a tap uplink on a bridge, ports ask
+// for it by network; a down bridge shows in health and metrics and new
+// ports on it are refused naming spec.uplink.
+func TestTapUplinkThroughTheAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := fmt.Sprintf("vmqag%d", os.Getpid())
+	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "br0", "type", "bridge"}, {"-n", ns, "link", "set", "br0", "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	var dp *dataplane.Dataplane
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		orig, _ := netns.Get()
+		defer orig.Close()
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		netns.Set(h)
+		defer netns.Set(orig)
+		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), Uplink: &tap.Config{Name: "vmqup0", Attach: "br0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	e := startOn(t, shortDir(t), dp, 4)
+	s := e.spec("u", 1)
+	s.Network, s.Vlan, s.Uplink = "ns1/red", 10, "tap"
+	if _, err := e.create(s); err != nil {
+		t.Fatal(err)
+	}
+	// the same network without the uplink: refused, naming the field
+	s2 := e.spec("u2", 1)
+	s2.Network, s2.Vlan = "ns1/red", 10
+	if _, err := e.create(s2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.uplink: "none", but port "u" of network "ns1/red" has uplink "tap"`) {
+		t.Errorf("mixed uplink on one network: %v", err)
+	}
+	if h := e.ag.Health(); !h.Healthy || strings.Contains(h.Reason, "uplink") {
+		t.Errorf("health with the uplink up: %v", h)
+	}
+	exec.Command("ip", "-n", ns, "link", "set", "br0", "down").Run()
+	s3 := e.spec("u3", 1)
+	s3.Network, s3.Uplink = "ns1/blue", "tap"
+	if _, err := e.create(s3); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.uplink: the tap uplink cannot carry traffic: attach: bridge "br0" is down`) {
+		t.Errorf("new uplinked port with br0 down: %v", err)
+	}
+	waitHealth := time.Now().Add(3 * time.Second)
+	for !strings.Contains(e.ag.Health().Reason, `uplink: attach: bridge "br0" is down`) {
+		if time.Now().After(waitHealth) {
+			t.Fatalf("health does not report the down bridge: %v", e.ag.Health())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !e.ag.Health().Healthy {
+		t.Error("a down uplink made the node unhealthy: its slots still serve local networks")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/tap"
 )
 
 // Config is the daemon's configuration file.
@@ -51,6 +52,43 @@ type Config struct {
 	// Ports defined here exist as long as the config says so; they are not
 	// stored in StateDir and cannot be deleted through the API.
 	Ports []Port `yaml:"ports,omitempty"`
+	// Uplink connects the vhostmq networks that ask for it (NAD "uplink")
+	// to the node's network; absent: networks stay on this node.
+	Uplink *Uplink `yaml:"uplink,omitempty"`
+}
+
+// Uplink is the node's uplink; one kind for now.
+type Uplink struct {
+	Tap *TapUplink `yaml:"tap,omitempty"`
+}
+
+// TapUplink is a multiqueue tap (one queue per worker) the dataplane
+// creates and attaches to a Linux bridge.
+type TapUplink struct {
+	// Name of the tap to create; default vhostmq0.
+	Name string `yaml:"name,omitempty"`
+	// Attach is the Linux bridge the tap joins (e.g. the bridge holding
+	// the node's NIC); empty: the tap stays a plain host interface.
+	Attach string `yaml:"attach,omitempty"`
+	// MTU of the tap; default 1500. Networks with a VLAN need 4 bytes
+	// more room on the bridge's other ports, not here.
+	MTU int `yaml:"mtu,omitempty"`
+}
+
+// DefaultTapName is the tap uplink's default name.
+const DefaultTapName = "vhostmq0"
+
+// TapConfig returns the tap uplink's configuration, or nil without one.
+func (c *Config) TapConfig() *tap.Config {
+	if c.Uplink == nil || c.Uplink.Tap == nil {
+		return nil
+	}
+	t := c.Uplink.Tap
+	tc := &tap.Config{Name: t.Name, Attach: t.Attach, MTU: t.MTU}
+	if tc.Name == "" {
+		tc.Name = DefaultTapName
+	}
+	return tc
 }
 
 // Port is one vhost-user port.
@@ -147,6 +185,14 @@ func (c *Config) Validate() error {
 	if c.MetricsAddress != "" {
 		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("metricsAddress: %q is not host:port or :port", c.MetricsAddress))
+		}
+	}
+	if c.Uplink != nil && c.Uplink.Tap == nil {
+		errs = append(errs, errors.New("uplink: names no kind (tap)"))
+	}
+	if tc := c.TapConfig(); tc != nil {
+		if err := tc.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("uplink.tap.%w", err))
 		}
 	}
 	names, sockets := map[string]bool{}, map[string]bool{}
