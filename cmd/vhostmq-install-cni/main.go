@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"flag"
 	"fmt"
 	"io"
@@ -102,21 +103,79 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// install copies the binary: a running ADD keeps the old inode.
+// install copies the binary: a running ADD keeps the old inode. It
+// streams (the plugin is tens of MB and the container's memory limit is
+// small) and leaves an identical file alone.
 func install(src, binDir string) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(binDir, filepath.Base(src)), b, 0o755)
+	dst := filepath.Join(binDir, filepath.Base(src))
+	if same, err := sameContent(src, dst); err != nil {
+		return err
+	} else if same {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(binDir, "."+filepath.Base(src)+".")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// sameContent reports whether b exists with a's size and SHA-256.
+func sameContent(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil || fb.Size() != fa.Size() || !fb.Mode().IsRegular() {
+		return false, nil
+	}
+	ha, err := fileSHA256(a)
+	if err != nil {
+		return false, err
+	}
+	hb, err := fileSHA256(b)
+	if err != nil {
+		return false, nil
+	}
+	return bytes.Equal(ha, hb), nil
+}
+
+func fileSHA256(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
 }
 
 func writeKubeconfig(dir, hostDir string) error {

@@ -87,8 +87,10 @@ for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl vhostmq-cni vhostmq-i
 done
 NODE_CNI_BIN=$VMQC_RUN/cni/bin
 NODE_CNI_CONF=$VMQC_RUN/cni/net.d
+# the sidecar image is named: its default follows image.tag, and the upgrade
+# below rebuilds only the main image
 HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true
-    --set "dataplane.cpus={0,1}")
+    --set "kubevirt.sidecarImage=$SIDECAR_IMAGE" --set "dataplane.cpus={0,1}")
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-300}
 RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
@@ -411,7 +413,7 @@ kind: Pod
 metadata:
   generateName: virt-launcher-shape-
   annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"vhu-net","interface":"pod115dc3606fb"},{"name":"vhu-net","interface":"pod0123456789a"}]'
+    k8s.v1.cni.cncf.io/networks: '[{"name":"vhu-net","namespace":"$DS_NS","interface":"pod115dc3606fb"},{"name":"vhu-net","namespace":"$DS_NS","interface":"pod0123456789a"}]'
     $1
   ownerReferences: [{apiVersion: kubevirt.io/v1, kind: VirtualMachineInstance, name: vm1, uid: "$vmi_uid", controller: true}]
 spec:
@@ -445,7 +447,7 @@ check "rebuilt image $IMAGE_REPO:upgrade ($(digest "$IMAGE_REPO:upgrade" | cut -
 pings() { console vm2 || true; tr -d '\r' <"$OUT/console-vm2.log" | grep -c '^VHOSTMQ-PING ok' || true; }
 wait_console vm2 '^VHOSTMQ-PING ok' 60 || true
 n0=$(pings)
-node_pod() { k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{range .items[*]}{.metadata.uid} {.spec.containers[0].image} {.status.containerStatuses[?(@.name=="dataplane")].ready}{"\n"}{end}'; }
+node_pod() { k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{range .items[*]}{.metadata.uid} {.spec.containers[0].image} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'; }
 old_pod=$(node_pod | awk '{ print $1 }')
 T_UP=$(vmq_now)
 if h upgrade "$RELEASE" "$CHART" --namespace "$DS_NS" --reuse-values --set image.tag=upgrade --wait --timeout 5m \
@@ -455,8 +457,10 @@ else
     fail "helm upgrade (log $OUT/helm-upgrade.log)"
     tail -n 20 "$OUT/helm-upgrade.log" | sed 's/^/    /'
 fi
-new_pod_ready() { node_pod | awk -v old="$old_pod" -v img="$IMAGE_REPO:upgrade" '$1 != old && $2 == img && $3 == "true" { ok = 1 } END { exit !ok }'; }
-check "a new node pod runs the rebuilt image" vmqc_poll 120 1 new_pod_ready
+new_pod_ready() { node_pod | awk -v old="$old_pod" -v img="$IMAGE_REPO:upgrade" '$1 != old && $2 == img && $3 == "True" { ok = 1 } END { exit !ok }'; }
+check "a new node pod runs the rebuilt image, all its containers Ready" vmqc_poll 120 1 new_pod_ready
+no_restarts() { [[ $(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o json | jq '[.items[].status.containerStatuses[].restartCount] | add') == 0 ]]; }
+check "no container of the node pod restarted" no_restarts
 slots_now() { port_of "$1" | jq -r '.[0].slots | sort | join(",")'; }
 port_back() { # VM Q: the restored port is connected, Q pairs enabled, on the slots it had
     vmqc_poll 60 1 port_up "$1" "$2" && [[ $(slots_now "$1") == $(jq -r '.[0].slots | sort | join(",")' <<<"${PORT[$1]:-[]}") ]]
