@@ -23,6 +23,11 @@ func portAddSetup(fs *flag.FlagSet) runFunc {
 		polling          string // "": unspecified, the agent's default (adaptive)
 		labels           = map[string]string{}
 		uidFlag, gidFlag = &uint32Value{p: &uid}, &uint32Value{p: &gid}
+		network, uplink  string
+		vlan             uint32
+		dhcp             bool
+		addresses, dns   []string
+		gateway          string
 	)
 	fs.StringVar(&socket, "socket", "", "absolute `PATH` of the port's vhost-user socket (required)")
 	fs.Var(&enumValue{p: &role, allowed: []string{"server", "client"}}, "role", "`ROLE` of the dataplane on the socket: client (it dials QEMU; the default) or server (it listens)")
@@ -35,6 +40,13 @@ func portAddSetup(fs *flag.FlagSet) runFunc {
 	fs.Var(&modeValue{p: &mode}, "socket-mode", "octal `MODE` of the socket directory, at most 0770 (default 0750)")
 	fs.Var(&enumValue{p: &polling, allowed: []string{"interrupt", "adaptive", "busy"}}, "polling", "polling `MODE` of the workers: interrupt, adaptive (the default) or busy")
 	fs.Var(&labelsValue{m: labels}, "label", "`KEY=VALUE` label, repeatable: k8s.pod.namespace, k8s.pod.name, interface, ...")
+	fs.StringVar(&network, "network", "", "`NAME` of the port's network (its own MAC table; default: the default network)")
+	fs.Var(&uint32Value{p: &vlan}, "vlan", "802.1Q `VID` of the network on the uplink, 1..4094 (default untagged)")
+	fs.Var(&enumValue{p: &uplink, allowed: []string{"none", "tap"}}, "uplink", "`KIND` of uplink the network uses: none (the default) or tap")
+	fs.BoolVar(&dhcp, "dhcp", false, "answer the guest's DHCP with --address, --gateway and --dns")
+	fs.Var(&listValue{p: &addresses}, "address", "the guest's `CIDRS`, comma-separated, e.g. 10.1.2.3/24")
+	fs.StringVar(&gateway, "gateway", "", "the guest's default `ROUTER`")
+	fs.Var(&listValue{p: &dns}, "dns", "DNS `SERVERS`, comma-separated")
 	return func(ctx context.Context, c *cli, args []string) error {
 		if socket == "" {
 			return usageErrorf("missing --socket PATH (the port's vhost-user socket)")
@@ -52,6 +64,10 @@ func portAddSetup(fs *flag.FlagSet) runFunc {
 			SocketMode: mode,
 			Polling:    agentv1.PollingMode(agentv1.PollingMode_value["POLLING_"+strings.ToUpper(polling)]),
 			Labels:     labels,
+		}
+		spec.Network, spec.Vlan, spec.Uplink, spec.Dhcp = network, vlan, uplink, dhcp
+		if len(addresses) > 0 || gateway != "" || len(dns) > 0 {
+			spec.Ip = &agentv1.IPConfig{Addresses: addresses, Gateway: gateway, DnsServers: dns}
 		}
 		if uidFlag.set {
 			spec.SocketUid = &uid
