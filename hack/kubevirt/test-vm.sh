@@ -362,6 +362,15 @@ domain_queues() {
 boot_vm vm1 4 1Gi 4 "vmq.ip=10.0.0.1/24 vmq.queues=4 vmq.role=server" || true
 boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5" || true
 
+# the README's way: vhostmqctl inside the node pod
+in_pod_list() {
+    local out
+    out=$(k -n "$DS_NS" exec "ds/$RELEASE" -c dataplane -- vhostmqctl port list 2>&1) || return 1
+    printf "    %s\n" "$out"
+    grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm1]:-[{}]}")" <<<"$out" && grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm2]:-[{}]}")" <<<"$out"
+}
+check "kubectl exec ds/$RELEASE -c dataplane -- vhostmqctl port list shows both ports" in_pod_list
+
 # ------------------------------------------------------------------ traffic
 step "vm2 -> vm1: ping and iperf3 both ways"
 if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT reach ' 150; then
