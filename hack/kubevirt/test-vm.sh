@@ -366,7 +366,7 @@ boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.rol
 in_pod_list() {
     local out
     out=$(k -n "$DS_NS" exec "ds/$RELEASE" -c dataplane -- vhostmqctl port list 2>&1) || return 1
-    printf "    %s\n" "$out"
+    while IFS= read -r l; do echo "    $l"; done <<<"$out"
     grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm1]:-[{}]}")" <<<"$out" && grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm2]:-[{}]}")" <<<"$out"
 }
 check "kubectl exec ds/$RELEASE -c dataplane -- vhostmqctl port list shows both ports" in_pod_list
