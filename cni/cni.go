@@ -586,14 +586,20 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return mismatch("role", got.GetRole(), want.Role)
 	case !slices.Equal(got.GetSlots(), want.Slots):
 		return mismatch("slots", got.GetSlots(), want.Slots)
-	case got.GetNetwork() != want.Network:
-		return mismatch("network", got.GetNetwork(), want.Network)
-	case got.GetVlan() != want.Vlan:
-		return mismatch("vlan", got.GetVlan(), want.Vlan)
-	case got.GetUplink() != want.Uplink:
-		return mismatch("uplink", got.GetUplink(), want.Uplink)
-	case got.GetDhcp() != want.Dhcp:
-		return mismatch("dhcp", got.GetDhcp(), want.Dhcp)
+	}
+	// A port without a network was made by a plugin from before networks
+	// (this one always names it): it keeps working as it was made.
+	if got.GetNetwork() != "" {
+		switch {
+		case got.GetNetwork() != want.Network:
+			return mismatch("network", got.GetNetwork(), want.Network)
+		case got.GetVlan() != want.Vlan:
+			return mismatch("vlan", got.GetVlan(), want.Vlan)
+		case got.GetUplink() != want.Uplink:
+			return mismatch("uplink", got.GetUplink(), want.Uplink)
+		case got.GetDhcp() != want.Dhcp:
+			return mismatch("dhcp", got.GetDhcp(), want.Dhcp)
+		}
 	}
 	if conf.PrevResult != nil {
 		prev, err := current.NewResultFromResult(conf.PrevResult)

@@ -338,6 +338,25 @@ func TestCheckDetectsDifferences(t *testing.T) {
 	if err := CmdCheck(args); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
+	// ... nor one on another VLAN
+	if err := CmdCheck(cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0","vlan":7`))); cniErr(t, err).Code != ErrPortMismatch || !strings.Contains(err.Error(), "vlan is 0, want 7") {
+		t.Errorf("CHECK with another VLAN: %v", err)
+	}
+	// A port made by a plugin from before networks (none named) passes
+	// CHECK as it was made.
+	p, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, "net1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := p.Spec
+	old.Network, old.Uplink = "", ""
+	e.Client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: old.Id})
+	if _, err := e.Client.CreatePort(context.Background(), &agentv1.CreatePortRequest{Spec: old}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CmdCheck(cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0","vlan":7`))); err != nil {
+		t.Errorf("CHECK of a port from before networks: %v", err)
+	}
 	e.Client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: PortID(cid, "net1")})
 	if err := CmdCheck(args); cniErr(t, err).Code != ErrPortMismatch {
 		t.Errorf("CHECK of a missing port: %v", err)
