@@ -148,7 +148,7 @@ func loadConf(data []byte) (*NetConf, error) {
 	// Typed fields with a message naming them, not encoding/json's.
 	for _, f := range []struct {
 		key, want string
-		ok       func(json.RawMessage) bool
+		ok        func(json.RawMessage) bool
 	}{
 		{"dhcp", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"vlan", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
