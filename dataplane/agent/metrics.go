@@ -41,6 +41,7 @@ var (
 	descUpPackets = desc("uplink_packets_total", "Frames through the uplink; direction rx is from it, tx toward it.", append(uplinkLabels, "direction"))
 	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
 	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
+	descDHCP      = desc("dhcp_messages_total", "DHCP messages of a port's guest answered by the dataplane, by type (malformed: dropped; ignored: not ours to answer).", append(portLabels, "type"))
 	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (its tap and bridge exist and are up).", uplinkLabels)
 )
 
@@ -49,7 +50,7 @@ type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descEnabled,
-		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy} {
+		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP} {
 		ch <- d
 	}
 }
@@ -69,6 +70,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range resp.Ports {
 		ns, pod := p.Labels["k8s.pod.namespace"], p.Labels["k8s.pod.name"]
 		gauge(descConnected, b2f(p.Connected), p.Id, ns, pod)
+		if ps, ok := a.dp.PortStats(p.Id); ok && ps.DHCP != nil {
+			d := ps.DHCP
+			for _, m := range []struct {
+				typ string
+				v   uint64
+			}{{"discover", d.Discovers}, {"request", d.Requests}, {"decline", d.Declines}, {"release", d.Releases},
+				{"inform", d.Informs}, {"offer", d.Offers}, {"ack", d.Acks}, {"nak", d.Naks},
+				{"malformed", d.Malformed}, {"ignored", d.Ignored}} {
+				counter(descDHCP, float64(m.v), p.Id, ns, pod, m.typ)
+			}
+		}
 		counter(descConnects, float64(p.Connects), p.Id, ns, pod)
 		for _, q := range p.Queues {
 			l := []string{p.Id, strconv.Itoa(int(q.Pair)), q.Slot, strconv.Itoa(int(q.Cpu)), ns, pod}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 
 	"google.golang.org/grpc/codes"
@@ -130,6 +131,29 @@ func TestDHCPThroughTheAgent(t *testing.T) {
 		}
 	}
 	want(ask(e))
+	// counted in the metrics, by type
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{e.ag})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "vhostmq_dhcp_messages_total" {
+			continue
+		}
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "type" {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got["discover"] != 1 || got["offer"] != 1 || got["malformed"] != 0 || len(got) != 10 {
+		t.Errorf("vhostmq_dhcp_messages_total by type: %v", got)
+	}
 	stored, _ := os.ReadFile(filepath.Join(e.state, stateName))
 	for _, w := range []string{`"schemaVersion": 2`, `"network": "ns1/red"`, `"vlan": 7`, `"dhcp": true`, `"fd00::5/64"`} {
 		if !strings.Contains(string(stored), w) {
