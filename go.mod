@@ -3,6 +3,7 @@ module github.com/vhostmq/vhostmq
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.10.0
 	github.com/prometheus/client_golang v1.24.0
