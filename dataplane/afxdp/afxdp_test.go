@@ -460,3 +460,33 @@ func TestMissingOrDownInterface(t *testing.T) {
 		t.Errorf("empty interface: %v", err)
 	}
 }
+
+// TestGenericMode: the program in generic (SKB) mode carries the same
+// traffic: unicast in, group copies in, frames out.
+func TestGenericMode(t *testing.T) {
+	b := newBed(t, 1)
+	d := b.open(t, Config{Generic: true}, 1)
+	if m := d.Mode(); m.XDP != "generic" || !strings.Contains(m.NativeError, "generic mode") {
+		t.Errorf("mode %+v", m)
+	}
+	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); !strings.Contains(out, " xdpgeneric ") {
+		t.Errorf("vx as the kernel sees it:\n%s", out)
+	}
+	if err := d.AddMAC(guestMAC); err != nil {
+		t.Fatal(err)
+	}
+	raw := b.rawSocket(t)
+	peerSend(t, raw, udpFrame(guestMAC, b.peerMAC, "generic-unicast"))
+	recvFrom(t, d, "a unicast in generic mode", hasPayload("generic-unicast"))
+	peerSend(t, raw, udpFrame(bcast, b.peerMAC, "generic-bcast"))
+	recvFrom(t, d, "a broadcast copy in generic mode", hasPayload("generic-bcast"))
+	send(t, d.Queue(0), udpFrame(b.peerMAC, guestMAC, "generic-out"))
+	peerRecv(t, raw, "a frame sent in generic mode", hasPayload("generic-out"))
+	// the node's kernel still gets its own traffic
+	l := b.udpListen(t, b.node, "10.78.0.2:7777")
+	b.udpSend(t, "10.78.0.2:7777", "generic-kernel")
+	if got := udpRecv(t, l); got != "generic-kernel" {
+		t.Errorf("the node's kernel got %q", got)
+	}
+	none(t, d, "the node kernel's datagram reached the socket", hasPayload("generic-kernel"))
+}

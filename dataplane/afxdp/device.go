@@ -20,6 +20,9 @@ type Config struct {
 	// multicast frames go to the dataplane only. Otherwise (the default)
 	// they go to the kernel, and the dataplane reads a copy.
 	Dedicated bool
+	// Generic attaches the program in generic (SKB) mode even where the
+	// driver offers native XDP (for a driver whose native XDP misbehaves).
+	Generic bool
 }
 
 // Validate checks the names, naming the field.
@@ -103,7 +106,10 @@ func Open(cfg Config, workers int) (_ *Device, err error) {
 		return nil, fmt.Errorf("interface %s: %w", cfg.Interface, err)
 	}
 	d.mode.XDP = "native"
-	d.link, err = link.AttachXDP(link.XDPOptions{Program: d.prog, Interface: d.ifindex, Flags: link.XDPDriverMode})
+	err = errors.New("not tried: the configuration asks for generic mode")
+	if !cfg.Generic {
+		d.link, err = link.AttachXDP(link.XDPOptions{Program: d.prog, Interface: d.ifindex, Flags: link.XDPDriverMode})
+	}
 	if err != nil {
 		d.mode.XDP, d.mode.NativeError = "generic", errText(err)
 		d.link, err = link.AttachXDP(link.XDPOptions{Program: d.prog, Interface: d.ifindex, Flags: link.XDPGenericMode})

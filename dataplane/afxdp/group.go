@@ -100,15 +100,16 @@ func (g *groupSocket) receive(frames [][]byte) int {
 
 // vlan finds the VLAN tag in the PACKET_AUXDATA control message.
 func (g *groupSocket) vlan() (tci, tpid uint16, ok bool) {
-	c := g.cbuf[:min(int(g.msg.Controllen), len(g.cbuf))]
+	c := g.cbuf[:min(g.msg.Controllen, uint64(len(g.cbuf)))]
 	for len(c) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
-		if h.Len < unix.SizeofCmsghdr || int(h.Len) > len(c) {
+		if h.Len < unix.SizeofCmsghdr || h.Len > uint64(len(c)) {
 			return 0, 0, false
 		}
-		if h.Level == unix.SOL_PACKET && h.Type == unix.PACKET_AUXDATA && int(h.Len) >= unix.CmsgLen(int(unsafe.Sizeof(unix.TpacketAuxdata{}))) {
+		size := int(h.Len) // <= len(c)
+		if h.Level == unix.SOL_PACKET && h.Type == unix.PACKET_AUXDATA && size >= unix.CmsgLen(int(unsafe.Sizeof(unix.TpacketAuxdata{}))) {
 			var aux unix.TpacketAuxdata
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(&aux)), unsafe.Sizeof(aux)), c[unix.CmsgLen(0):])
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&aux)), unsafe.Sizeof(aux)), c[unix.CmsgLen(0):size])
 			if aux.Status&unix.TP_STATUS_VLAN_VALID == 0 {
 				return 0, 0, false
 			}
@@ -118,7 +119,7 @@ func (g *groupSocket) vlan() (tci, tpid uint16, ok bool) {
 			}
 			return aux.Vlan_tci, tpid, true
 		}
-		c = c[min(unix.CmsgSpace(int(h.Len)-unix.CmsgLen(0)), len(c)):]
+		c = c[min(unix.CmsgSpace(size-unix.CmsgLen(0)), len(c)):]
 	}
 	return 0, 0, false
 }
