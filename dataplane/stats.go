@@ -122,9 +122,14 @@ func ready(v *netdev.Vring) bool {
 // WriteStatsFile writes the stats as JSON, atomically (temp file + rename),
 // so a reader never sees a partial file.
 func (d *Dataplane) WriteStatsFile(path string) error {
+	var up *UplinkStats
+	if u, ok := d.UplinkStats(); ok {
+		up = &u
+	}
 	b, err := json.MarshalIndent(struct {
-		Ports []PortStats `json:"ports"`
-	}{d.Stats()}, "", "  ")
+		Ports  []PortStats  `json:"ports"`
+		Uplink *UplinkStats `json:"uplink,omitempty"`
+	}{d.Stats(), up}, "", "  ")
 	if err != nil {
 		return err
 	}

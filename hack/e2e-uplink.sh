@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# End-to-end test of the tap uplink and of DHCP for guests (issue #9).
+#
+# Two "nodes": network namespaces n1 and n2, each with a Linux bridge br0,
+# joined by a veth pair between the bridges. Each node runs its own
+# dataplane (inside its namespace) with a tap uplink on br0, and the
+# ports are created over the agent API (vhostmqctl) with dhcp and an
+# address, as the CNI does with its IPAM result:
+#
+#   n1: guest a  network t10, VLAN 10, 10.10.0.2/24 (DHCP)  client: ping b, iperf3 both ways
+#                                                            noreach: c must not answer
+#   n2: guest b  network t10, VLAN 10, 10.10.0.3/24 (DHCP)  iperf3 server
+#   n2: guest c  network t20, VLAN 20, 10.10.0.4/24 (DHCP)  same subnet, other VLAN
+#
+# Asserted: each guest's udhcpc gets its address, mask and router from its
+# dataplane; a reaches b across the nodes (ping, iperf3 forward and
+# reverse); a cannot reach c (VLAN isolation); both uplinks counted
+# traffic; every dataplane exits 0 on SIGTERM.
+#
+# Usage: hack/e2e-uplink.sh [--keep DIR] [--time 5] [--streams 4]
+# Needs root, QEMU and the guest image (hack/install-deps.sh); heavy: run
+# it under `flock /tmp/vhostmq-heavy.lock`. Exit status 0 when every
+# assertion held.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+
+WORK="" ITIME=5 STREAMS=4
+while (($#)); do
+    case $1 in
+        --keep) WORK=$2; shift 2 ;;
+        --time) ITIME=$2; shift 2 ;;
+        --streams) STREAMS=$2; shift 2 ;;
+        -h | --help) vmq_usage "$0"; exit 0 ;;
+        *) vmq_die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+vmq_need_root
+if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-uplink.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+VMQ_TAG=e2e-uplink
+vmq_init
+T0=$(vmq_now)
+vmq_build_guest
+vmq_log "building the dataplane and vhostmqctl into $WORK/bin"
+(cd "$VMQ_REPO_ROOT" && go build -o "$WORK/bin/" ./cmd/vhostmq-dataplane ./cmd/vhostmqctl) || vmq_die "go build failed"
+
+N1=vmqu1-$$ N2=vmqu2-$$
+netns_del() { ip netns del "$N1" 2>/dev/null; ip netns del "$N2" 2>/dev/null; true; }
+trap 'rc=$?; vmq_cleanup; netns_del; exit $rc' EXIT
+for n in "$N1" "$N2"; do
+    ip netns add "$n"
+    ip -n "$n" link set lo up
+    ip -n "$n" link add br0 type bridge
+    ip -n "$n" link set br0 up
+done
+ip -n "$N1" link add vA type veth peer name vB netns "$N2"
+ip -n "$N1" link set vA master br0 up
+ip -n "$N2" link set vB master br0 up
+
+# node N NETNS: a dataplane in NETNS with the tap uplink on br0
+declare -A DP_PID=() API=()
+node() {
+    local name=$1 ns=$2 dir=$WORK/$1
+    mkdir -p "$dir/s"
+    API[$name]=$dir/api.sock
+    cat >"$dir/config.yaml" <<EOF
+cpus: [${VHOSTMQ_DP_CPUS:-$(vmq_default_cpus)}]
+apiSocket: $dir/api.sock
+stateDir: $dir/state
+socketRoot: $dir/s
+statsFile: $dir/stats.json
+logLevel: ${VHOSTMQ_LOG_LEVEL:-info}
+uplink:
+  tap:
+    name: vmqup0
+    attach: br0
+EOF
+    vmq_bg "$dir/dataplane.log" 600 ip netns exec "$ns" "$WORK/bin/vhostmq-dataplane" --config "$dir/config.yaml"
+    DP_PID[$name]=$VMQ_BG_PID
+    vmq_wait_path "$dir/api.sock" 20 "$VMQ_BG_PID" || { tail -n 20 "$dir/dataplane.log" >&2; vmq_die "node $name: no API socket"; }
+    vmq_log "node $name: dataplane pid $VMQ_BG_PID in netns $ns"
+}
+ctl() { local n=$1; shift; "$WORK/bin/vhostmqctl" --socket "${API[$n]}" "$@"; }
+
+# port NODE NAME VLAN ADDRESS MAC: a server-role port on network t<VLAN>
+port() {
+    local n=$1 name=$2 vlan=$3 addr=$4 mac=$5
+    ctl "$n" port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" \
+        --network "t$vlan" --vlan "$vlan" --uplink tap --dhcp --address "$addr" --gateway 10.10.0.1 --dns 10.10.0.1 >/dev/null ||
+        vmq_die "node $n: port add $name failed"
+}
+
+node n1 "$N1"
+node n2 "$N2"
+port n1 a 10 10.10.0.2/24 52:54:00:10:00:02
+port n2 b 10 10.10.0.3/24 52:54:00:10:00:03
+port n2 c 20 10.10.0.4/24 52:54:00:20:00:04
+
+COMMON=("vmq.ip=dhcp" "vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200")
+vmq_guest_start b "$WORK/n2/s/b/vhu.sock" connect 52:54:00:10:00:03 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
+vmq_guest_start c "$WORK/n2/s/c/vhu.sock" connect 52:54:00:20:00:04 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
+vmq_guest_start a "$WORK/n1/s/a/vhu.sock" connect 52:54:00:10:00:02 1 240 "$WORK" \
+    vmq.role=client,noreach vmq.peer=10.10.0.3 vmq.noreach=10.10.0.4 "${COMMON[@]}"
+
+for g in b c a; do
+    vmq_guest_wait "$g" 'VHOSTMQ-RESULT dhcp' 150 || vmq_fail "guest $g: no DHCP result"
+done
+check_dhcp() { # GUEST WANT-IP
+    local log=${VMQ_GUEST_LOG[$1]} ip mask router
+    ip=$(vmq_result "$log" dhcp ip) mask=$(vmq_result "$log" dhcp mask) router=$(vmq_result "$log" dhcp router)
+    if [[ $ip == "$2" && $mask == 24 && $router == 10.10.0.1 ]]; then
+        vmq_ok "guest $1: DHCP from its dataplane: $ip/$mask router $router ($(vmq_result_line "$log" dhcp))"
+    else
+        vmq_fail "guest $1: DHCP gave ip=$ip mask=$mask router=$router, want $2/24 router 10.10.0.1"
+    fi
+}
+check_dhcp a 10.10.0.2
+check_dhcp b 10.10.0.3
+check_dhcp c 10.10.0.4
+
+if vmq_guest_wait a 'VHOSTMQ-RESULT role-done role=noreach' 180; then
+    la=${VMQ_GUEST_LOG[a]}
+    if [[ $(vmq_result "$la" reach ok) == 1 ]]; then vmq_ok "a reaches b across the nodes (VLAN 10)"; else vmq_fail "a does not reach b"; fi
+    loss=$(vmq_result "$la" ping loss_pct) rtt=$(vmq_result "$la" ping rtt_avg_ms)
+    if [[ $loss == 0 ]]; then vmq_ok "ping a->b: 0% loss, rtt avg $rtt ms"; else vmq_fail "ping a->b: loss $loss%"; fi
+    for dir in forward reverse; do
+        line=$(tr -d '\r' <"$la" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
+        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line") gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        if [[ $rc == 0 && -n $gbps ]] && awk -v g="$gbps" 'BEGIN { exit !(g > 0) }'; then
+            vmq_ok "iperf3 a->b $dir across the nodes: $gbps Gbit/s ($STREAMS streams, ${ITIME}s, TCG guests)"
+        else
+            vmq_fail "iperf3 $dir: $line"
+        fi
+        printf '%s_gbps=%s\n' "$dir" "$gbps" >>"$WORK/result.env"
+    done
+    replies=$(vmq_result "$la" noreach replies)
+    if [[ $replies == 0 ]]; then
+        vmq_ok "a (VLAN 10) cannot reach c (VLAN 20, same subnet): 0 replies"
+    else
+        vmq_fail "VLAN isolation: c answered a $replies times"
+    fi
+else
+    vmq_fail "guest a did not finish its roles"
+fi
+
+sleep 1 # one more stats file
+for n in n1 n2; do
+    up=$(jq -c '.uplink // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
+    if [[ -n $up ]] && jq -e '.healthy and .txPackets > 0 and .rxPackets > 0' <<<"$up" >/dev/null; then
+        vmq_ok "node $n uplink: $up"
+    else
+        vmq_fail "node $n uplink counters: ${up:-none}"
+    fi
+done
+for g in a b c; do vmq_guest_stop "$g"; done
+for n in n1 n2; do
+    vmq_stop "${DP_PID[$n]}" 10
+    if [[ $VMQ_RC == 0 ]]; then vmq_ok "node $n: dataplane exited 0 on SIGTERM"; else vmq_fail "node $n: dataplane exit status $VMQ_RC"; fi
+done
+echo
+echo "wall time $(vmq_elapsed "$T0") s; work dir: $WORK"
+if vmq_fails_report; then
+    echo "e2e-uplink: PASSED"
+else
+    echo "e2e-uplink: FAILED"
+    exit 1
+fi
