@@ -5,7 +5,9 @@
 # DaemonSet and the webhook; KubeVirt starts binding sidecars without
 # arguments, so the sidecar image differs only in its entrypoint.
 # hack/cluster/images.sh builds the same binaries into OCI tarballs without a
-# container engine (no registry or Docker here) and imports them into containerd.
+# container engine (no registry or Docker here) and imports them into containerd;
+# hack/image.sh (in make test) builds this file with podman and checks that both
+# hold the same bytes.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

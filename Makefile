@@ -40,6 +40,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-cni.sh
 	hack/e2e-uplink.sh
 	hack/e2e-kubevirt-libvirt.sh
+	hack/image.sh
 	hack/bench/run.sh --smoke
 
 .PHONY: test-cluster
@@ -76,6 +77,11 @@ verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, helm lint and
 .PHONY: manifests
 manifests: ## Lint the Helm chart and render deploy/vhostmq.yaml from it
 	hack/manifests.sh
+
+.PHONY: image
+image: ## Build the Dockerfile's images with podman and check they hold the offline path's exact binaries (hack/image.sh --keep)
+	hack/install-deps.sh --no-kernel
+	hack/image.sh --keep
 
 ##@ Misc
 

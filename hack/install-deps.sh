@@ -5,7 +5,7 @@
 #   * packages: QEMU (TCG), busybox-static, iperf3, ethtool, cpio, kmod,
 #     python3, jq, xz-utils, virt-xml-validate (libvirt-clients, libxml2-utils;
 #     checks the KubeVirt binding's domain XML), the reference CNI plugins
-#     (IPAM delegation tests) and DPDK's testpmd with the vhost and virtio-user
+#     (IPAM delegation tests), podman (the Dockerfile, hack/image.sh) and DPDK's testpmd with the vhost and virtio-user
 #     PMDs (dpdk-testpmd is in dpdk-dev; the PMDs are separate plugin
 #     packages, loaded from /usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0);
 #     each is installed only if missing.
@@ -43,7 +43,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(qemu-system-x86 busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
-    libvirt-clients libxml2-utils containernetworking-plugins)
+    libvirt-clients libxml2-utils containernetworking-plugins podman)
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
