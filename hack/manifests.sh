@@ -34,8 +34,11 @@ if [[ ! -x $helm ]]; then
     rmdir "$tmp"
 fi
 
-"$helm" lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" >/dev/null ||
-    { "$helm" lint --strict charts/vhostmq --kube-version "$KUBE_VERSION"; vmq_die "helm lint failed"; }
+# the defaults, and every optional part switched on
+for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true"; do
+    args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
+    "$helm" "${args[@]}" >/dev/null || { "$helm" "${args[@]}"; vmq_die "helm lint ${set:+--set $set }failed"; }
+done
 
 # The plain manifests take their webhook certificate from cert-manager: a
 # chart-generated one would change on every render.
