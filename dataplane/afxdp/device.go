@@ -70,6 +70,7 @@ type Device struct {
 	group      *groupSocket
 	queues     []*Queue
 	mode       Mode
+	mtu        int
 	promisc    bool // we turned promiscuous mode on (and turn it off at Close)
 }
 
@@ -97,7 +98,7 @@ func Open(cfg Config, workers int) (_ *Device, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.ifindex = l.Attrs().Index
+	d.ifindex, d.mtu = l.Attrs().Index, l.Attrs().MTU
 	nq := nicQueues(cfg.Interface, l)
 	if d.macs, d.xsks, err = newMaps(nq); err != nil {
 		return nil, fmt.Errorf("interface %s: %w", cfg.Interface, err)
@@ -224,6 +225,10 @@ func (d *Device) Queues() int { return len(d.socks) }
 
 // Mode returns how the program and sockets run.
 func (d *Device) Mode() Mode { return d.mode }
+
+// MTU is the interface's MTU when the device was opened. Frames are
+// limited to MaxFrame besides.
+func (d *Device) MTU() int { return d.mtu }
 
 // Config returns the configuration.
 func (d *Device) Config() Config { return d.cfg }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -128,7 +129,15 @@ func openSocket(ifindex, queue int, zeroCopy bool) (_ *Socket, err error) {
 	if zeroCopy {
 		flags = unix.XDP_USE_NEED_WAKEUP | unix.XDP_ZEROCOPY
 	}
-	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}); err != nil {
+	// A socket closed on this queue a moment ago releases it from a
+	// kernel work item: EBUSY for a short while.
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
+	err = unix.Bind(fd, sa)
+	for deadline := time.Now().Add(time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		err = unix.Bind(fd, sa)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("bind queue %d: %w", queue, err)
 	}
 	return s, nil
