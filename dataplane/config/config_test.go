@@ -3,8 +3,8 @@ package config
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
