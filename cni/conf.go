@@ -88,7 +88,8 @@ type NetConf struct {
 	// 0 or absent = untagged.
 	VLAN uint32 `json:"vlan,omitempty"`
 	// Uplink is how the network leaves the node: "none" (the default:
-	// VMs on this node only) or "tap" (the agent's tap uplink).
+	// VMs on this node only), "tap" or "af_xdp" (the node's uplink of that
+	// kind, from the agent config).
 	Uplink string `json:"uplink,omitempty"`
 
 	// DeviceID and PCIBusID are injected by Multus.
@@ -224,9 +225,9 @@ func loadConf(data []byte) (*NetConf, error) {
 	switch n.Uplink {
 	case "":
 		n.Uplink = "none"
-	case "none", "tap":
+	case "none", "tap", "af_xdp":
 	default:
-		return nil, configError("uplink: %q is not \"none\" (this node only) or \"tap\" (the node's tap uplink)", n.Uplink)
+		return nil, configError("uplink: %q is not \"none\" (this node only), \"tap\" or \"af_xdp\" (the node's uplink of that kind)", n.Uplink)
 	}
 	n.device = n.RuntimeConfig.DeviceID
 	if n.device == "" {

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
@@ -35,6 +36,9 @@ type Config struct {
 	// Uplink, when set, is the tap uplink networks may ask for
 	// (PortOptions.Uplink).
 	Uplink *tap.Config
+	// AFXDP, when set instead, is the af_xdp uplink: AF_XDP sockets on a
+	// NIC (dataplane/afxdp).
+	AFXDP  *afxdp.Config
 	Logger *slog.Logger
 }
 
@@ -106,14 +110,14 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 		d.workers = append(d.workers, w)
 	}
-	if cfg.Uplink != nil {
-		if err := d.openUplink(*cfg.Uplink); err != nil {
+	if cfg.Uplink != nil || cfg.AFXDP != nil {
+		if err := d.openUplink(cfg.Uplink, cfg.AFXDP); err != nil {
 			d.closeWorkers()
 			return nil, err
 		}
 	}
 	for _, w := range d.workers {
-		go w.routine() // after the uplink: a worker's tap queue is fixed before it runs
+		go w.routine() // after the uplink: a worker's uplink queue is fixed before it runs
 	}
 	go d.routineAging()
 	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus)
@@ -259,6 +263,7 @@ func (d *Dataplane) RemovePort(name string) error {
 	delete(d.byName, name)
 	d.leaveNetwork(p)
 	d.mu.Unlock()
+	d.forgetGuestMACs(p)
 	p.net.macs.Forget(p)
 	for _, w := range d.workers {
 		w.remove(p)
@@ -296,7 +301,7 @@ func (d *Dataplane) Close() {
 	<-d.agingDone
 	d.stopWorkers()
 	if d.up != nil {
-		d.up.dev.Close()
+		d.up.close()
 	}
 }
 

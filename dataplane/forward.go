@@ -187,6 +187,9 @@ func (w *worker) serveTX(a *assignment) bool {
 			// time would change nothing
 			src.net.macs.Learn(smac, src, now)
 			lastSmac, learned = smac, true
+			if src.net.up != nil {
+				w.guestMAC(smac) // uplink.go: af_xdp steers it to us
+			}
 		}
 		if multiPair {
 			src.flows.Record(hash, a.pair)

@@ -1,12 +1,14 @@
 package dataplane
 
-// The tap uplink: networks that ask for it reach the node's network through
-// one multiqueue tap (dataplane/tap), one queue per worker. A network is
-// untagged on the tap, or tagged with its VLAN (802.1Q push on the way out,
-// pop on the way in); frames from the tap are learned into the network's MAC
-// table as living behind the uplink and switched like a guest's. Each
-// worker reads its own tap queue (in its epoll set, level-triggered) and
-// writes the frames its guests send to the uplink into the same queue.
+// The uplink: networks that ask for it reach the node's network through
+// one multiqueue tap (dataplane/tap) or AF_XDP sockets on a NIC
+// (dataplane/afxdp), one queue per worker either way (uplinkQueue). A
+// network is untagged on the uplink, or tagged with its VLAN (802.1Q push
+// on the way out, pop on the way in); frames from the uplink are learned
+// into the network's MAC table as living behind the uplink and switched
+// like a guest's. Each worker reads its own queue (in its epoll set,
+// level-triggered) and writes the frames its guests send to the uplink
+// into the same queue, flushed once per burst.
 
 import (
 	"errors"
@@ -16,21 +18,55 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
-// tapToken marks a tap queue in a worker's epoll set.
-const tapToken = -2
+// uplinkToken marks an uplink queue in a worker's epoll set.
+const uplinkToken = -2
 
 // maxUplinkFrame bounds a frame on the tap: the largest port MTU, a VLAN
 // tag and the Ethernet header.
 const maxUplinkFrame = 9702 + ethHeader + vlanTag
 
-// uplink is the dataplane's tap uplink.
+// txHeadroom is where a frame to the uplink starts in its TxFrame buffer:
+// room for the tap's vnet header and a VLAN tag pushed in front.
+const txHeadroom = tap.HdrLen + vlanTag
+
+// Uplink kinds.
+const (
+	UplinkTap   = "tap"
+	UplinkAFXDP = "af_xdp"
+)
+
+// uplinkQueue is one worker's queue of the uplink device: a tap queue or
+// an afxdp.Queue. Only that worker calls it.
+type uplinkQueue interface {
+	// FD is what the worker waits on for frames (-1: nothing to wait for).
+	FD() int
+	// Receive fills frames with received frames, valid until Release.
+	Receive(frames [][]byte) int
+	Release()
+	// TxFrame returns a buffer to build a frame in at txHeadroom (nil when
+	// none is free); Send(off, n) queues buf[off:off+n], Cancel gives the
+	// buffer back; Flush sends what was queued.
+	TxFrame() []byte
+	Send(off, n int) bool
+	Cancel()
+	Flush()
+}
+
+// uplink is the dataplane's uplink: a tap or an AF_XDP device.
 type uplink struct {
-	dev *tap.Device
+	kind string
+	tap  *tap.Device   // kind tap
+	xdp  *afxdp.Device // kind af_xdp
+	mtu  int           // the largest frame the uplink carries, less the Ethernet header
+	// macGen changes when guest MACs leave the af_xdp device's map, so
+	// that workers forget which ones they added.
+	macGen atomic.Uint64
 	// byVLAN maps a VLAN ID (0: untagged) to the network using it on the
 	// uplink; copy on write under Dataplane.mu.
 	byVLAN atomic.Pointer[map[int]*network]
@@ -44,8 +80,9 @@ type UplinkCounters struct {
 	RxNoNetwork                            atomic.Uint64 // a VLAN (or untagged) no network uses
 	RxRunt                                 atomic.Uint64 // shorter than an Ethernet header
 	RxNoDestination                        atomic.Uint64 // no port on the network to deliver to
-	TxDropped                              atomic.Uint64 // the tap queue was full (EAGAIN) or refused the frame
+	TxDropped                              atomic.Uint64 // the queue was full (tap: EAGAIN; af_xdp: no free frame) or refused the frame
 	TxOversize                             atomic.Uint64 // larger than the uplink carries
+	MACErrors                              atomic.Uint64 // af_xdp: a guest MAC the XDP program's map refused (full)
 }
 
 // UplinkStats is a snapshot of the uplink.
@@ -65,53 +102,169 @@ type UplinkStats struct {
 	RxNoDestination uint64 `json:"rxNoDestination"`
 	TxDropped       uint64 `json:"txDropped"`
 	TxOversize      uint64 `json:"txOversize"`
+	// af_xdp: how the XDP program and sockets run, and why not faster
+	Mode      string `json:"mode,omitempty"`
+	MACErrors uint64 `json:"macErrors,omitempty"`
 }
 
-// workerUplink is a worker's tap queue and its frame buffers.
+// workerUplink is a worker's uplink queue and its frame list.
 type workerUplink struct {
-	u   *uplink
-	fd  int
-	rx  [tap.HdrLen + maxUplinkFrame]byte
-	tx  [tap.HdrLen + vlanTag + maxUplinkFrame]byte
-	hdr [tap.HdrLen]byte // all zero: no offload metadata (see package tap)
+	u       *uplink
+	q       uplinkQueue
+	frames  [burstSize][]byte
+	pending bool // frames sent since the last Flush
+	// af_xdp: guest MACs this worker put into the device's map (as of
+	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
+	known map[vswitch.MAC]struct{}
+	gen   uint64
 }
 
-// openUplink creates the tap with one queue per worker and puts each
-// queue into its worker's epoll set.
-func (d *Dataplane) openUplink(cfg tap.Config) error {
-	dev, err := tap.Open(cfg, len(d.workers))
-	if err != nil {
-		return fmt.Errorf("uplink.tap.%w", err)
+// tapQueue is a tap queue: one frame per read and write, behind a vnet
+// header (all zero: no offload metadata, see package tap).
+type tapQueue struct {
+	fd int
+	rx [tap.HdrLen + maxUplinkFrame]byte
+	tx [txHeadroom + maxUplinkFrame]byte
+}
+
+func (q *tapQueue) FD() int { return q.fd }
+
+func (q *tapQueue) Receive(frames [][]byte) int {
+	if len(frames) == 0 {
+		return 0
 	}
-	u := &uplink{dev: dev}
+	n, err := unix.Read(q.fd, q.rx[:])
+	if err != nil || n <= 0 {
+		return 0 // EAGAIN: empty
+	}
+	frames[0] = q.rx[min(tap.HdrLen, n):n]
+	return 1
+}
+
+func (q *tapQueue) Release()        {}
+func (q *tapQueue) TxFrame() []byte { return q.tx[:] }
+func (q *tapQueue) Cancel()         {}
+func (q *tapQueue) Flush()          {}
+
+func (q *tapQueue) Send(off, n int) bool {
+	clear(q.tx[off-tap.HdrLen : off])
+	_, err := unix.Write(q.fd, q.tx[off-tap.HdrLen:off+n])
+	return err == nil
+}
+
+// openUplink opens the configured uplink device and puts each worker's
+// queue into its epoll set.
+func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config) error {
+	u := &uplink{}
+	queues := make([]uplinkQueue, len(d.workers))
+	switch {
+	case tc != nil && xc != nil:
+		return errors.New("uplink: tap and af_xdp exclude each other")
+	case tc != nil:
+		dev, err := tap.Open(*tc, len(d.workers))
+		if err != nil {
+			return fmt.Errorf("uplink.tap.%w", err)
+		}
+		u.kind, u.tap, u.mtu = UplinkTap, dev, dev.Config().MTU
+		for i := range queues {
+			queues[i] = &tapQueue{fd: dev.Queue(i)}
+		}
+		d.log.Info("tap uplink up", "tap", tc.Name, "attach", tc.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU)
+	default:
+		dev, err := afxdp.Open(*xc, len(d.workers))
+		if err != nil {
+			return fmt.Errorf("uplink.af_xdp.%w", err)
+		}
+		u.kind, u.xdp = UplinkAFXDP, dev
+		u.mtu = min(dev.MTU(), afxdp.MaxFrame-ethHeader-vlanTag)
+		for i := range queues {
+			queues[i] = dev.Queue(i)
+		}
+		d.log.Info("af_xdp uplink up", "interface", xc.Interface, "nicQueues", dev.Queues(), "mode", dev.Mode().String(), "mtu", u.mtu)
+	}
 	u.byVLAN.Store(&map[int]*network{})
 	for i, w := range d.workers {
-		fd := dev.Queue(i)
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: tapToken}
+		fd := queues[i].FD()
+		if fd < 0 {
+			continue // sends only
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd), Pad: uplinkToken}
 		if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			dev.Close()
+			u.close()
 			return fmt.Errorf("uplink: epoll_ctl: %w", err)
 		}
 	}
 	for i, w := range d.workers {
-		w.up = &workerUplink{u: u, fd: dev.Queue(i)}
+		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}}
 		w.wake()
 	}
 	d.up = u
-	d.log.Info("tap uplink up", "tap", cfg.Name, "attach", cfg.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU)
 	return nil
 }
 
+func (u *uplink) close() {
+	if u.tap != nil {
+		u.tap.Close()
+	}
+	if u.xdp != nil {
+		u.xdp.Close()
+	}
+}
+
+func (u *uplink) check() error {
+	if u.tap != nil {
+		return u.tap.Check()
+	}
+	return u.xdp.Check()
+}
+
+// guestMAC makes sure the af_xdp device steers frames to mac (a guest on
+// a network on the uplink) to us. It runs once per source address and
+// burst; the map is written once per address (and again after removals).
+func (w *worker) guestMAC(mac vswitch.MAC) {
+	wu := w.up
+	if wu == nil || wu.u.xdp == nil {
+		return
+	}
+	if g := wu.u.macGen.Load(); g != wu.gen {
+		clear(wu.known)
+		wu.gen = g
+	}
+	if _, ok := wu.known[mac]; ok {
+		return
+	}
+	if err := wu.u.xdp.AddMAC(mac); err != nil {
+		wu.u.MACErrors.Add(1)
+		return
+	}
+	wu.known[mac] = struct{}{}
+}
+
+// forgetGuestMACs takes a removed port's addresses out of the af_xdp
+// device's map. Call before the MAC table forgets them.
+func (d *Dataplane) forgetGuestMACs(p *port) {
+	u := d.up
+	if u == nil || u.xdp == nil || p.net.up == nil {
+		return
+	}
+	p.net.macs.Entries(func(mac vswitch.MAC, owner *port, _ int64) {
+		if owner == p {
+			u.xdp.DeleteMAC(mac)
+		}
+	})
+	u.macGen.Add(1)
+}
+
 // HasUplink reports whether the dataplane has an uplink of that kind.
-func (d *Dataplane) HasUplink(kind string) bool { return kind == "tap" && d.up != nil }
+func (d *Dataplane) HasUplink(kind string) bool { return d.up != nil && d.up.kind == kind }
 
 // UplinkHealth says why the uplink cannot carry traffic (missing or down
-// bridge or tap), or nil; nil too without an uplink.
+// bridge, tap or NIC, XDP program gone), or nil; nil too without an uplink.
 func (d *Dataplane) UplinkHealth() error {
 	if d.up == nil {
 		return nil
 	}
-	return d.up.dev.Check()
+	return d.up.check()
 }
 
 // UplinkStats returns the uplink's counters, or false without one.
@@ -120,12 +273,17 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 	if u == nil {
 		return UplinkStats{}, false
 	}
-	cfg := u.dev.Config()
-	s := UplinkStats{Kind: "tap", Name: cfg.Name, Attach: cfg.Attach, Queues: u.dev.Queues(), Healthy: true,
+	s := UplinkStats{Kind: u.kind, Healthy: true,
 		RxPackets: u.RxPackets.Load(), RxBytes: u.RxBytes.Load(), TxPackets: u.TxPackets.Load(), TxBytes: u.TxBytes.Load(),
 		RxNoNetwork: u.RxNoNetwork.Load(), RxRunt: u.RxRunt.Load(), RxNoDestination: u.RxNoDestination.Load(),
-		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load()}
-	if err := u.dev.Check(); err != nil {
+		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load(), MACErrors: u.MACErrors.Load()}
+	if u.tap != nil {
+		cfg := u.tap.Config()
+		s.Name, s.Attach, s.Queues = cfg.Name, cfg.Attach, u.tap.Queues()
+	} else {
+		s.Name, s.Queues, s.Mode = u.xdp.Config().Interface, u.xdp.Queues(), u.xdp.Mode().String()
+	}
+	if err := u.check(); err != nil {
 		s.Healthy, s.Reason = false, err.Error()
 	}
 	return s, true
@@ -144,9 +302,9 @@ func (d *Dataplane) checkUplink(name string, vlan int, want bool) error {
 		return nil
 	}
 	if d.up == nil {
-		return errors.New("uplink: this dataplane has no tap uplink")
+		return errors.New("uplink: this dataplane has no uplink")
 	}
-	if err := d.up.dev.Check(); err != nil {
+	if err := d.up.check(); err != nil {
 		return fmt.Errorf("uplink: %w", err)
 	}
 	if other, ok := (*d.up.byVLAN.Load())[vlan]; ok {
@@ -182,7 +340,7 @@ func (d *Dataplane) detachUplink(n *network) {
 }
 
 // serveUplinkSafely confines a fault in a guest's memory while delivering
-// frames from the tap to that guest's RX ring.
+// frames from the uplink to that guest's RX ring.
 func (w *worker) serveUplinkSafely() (worked bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -198,6 +356,7 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 				v.Unlock()
 				w.untouch(v)
 			}
+			w.up.q.Release()
 			w.s.nt = 0
 			worked = true
 		}
@@ -205,54 +364,23 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 	return w.serveUplink()
 }
 
-// serveUplink moves up to a burst of frames from the worker's tap queue to
-// the guests and reports whether there were any.
+// serveUplink moves up to a burst of frames from the worker's uplink
+// queue to the guests and reports whether there were any.
 func (w *worker) serveUplink() bool {
 	wu := w.up
 	u := wu.u
 	now := time.Now().UnixNano()
 	got := 0
-	for range burstSize {
-		n, err := unix.Read(wu.fd, wu.rx[:])
-		if err != nil || n <= 0 {
-			break // EAGAIN: empty
+	for got < burstSize {
+		n := wu.q.Receive(wu.frames[:burstSize-got])
+		if n == 0 {
+			break
 		}
-		got++
-		frame := wu.rx[tap.HdrLen:n]
-		if len(frame) < ethHeader {
-			u.RxRunt.Add(1)
-			continue
+		got += n
+		for _, frame := range wu.frames[:n] {
+			w.fromUplink(u, frame, now)
 		}
-		u.RxPackets.Add(1)
-		u.RxBytes.Add(uint64(len(frame)))
-		vid, frame := vswitch.PopVLAN(frame)
-		nw := (*u.byVLAN.Load())[vid]
-		if nw == nil {
-			u.RxNoNetwork.Add(1)
-			continue
-		}
-		var dmac, smac vswitch.MAC
-		copy(dmac[:], frame[0:6])
-		copy(smac[:], frame[6:12])
-		nw.macs.Learn(smac, nw.up, now)
-		hash := vswitch.FlowHash(frame)
-		if !dmac.IsMulticast() {
-			if p, ok := nw.macs.Lookup(dmac); ok {
-				if p.up != nil {
-					u.RxNoDestination.Add(1) // back where it came from
-				} else {
-					w.deliverBuf(p, frame, hash)
-				}
-				continue
-			}
-		}
-		ports := *nw.ports.Load()
-		if len(ports) == 0 {
-			u.RxNoDestination.Add(1)
-		}
-		for _, p := range ports {
-			w.deliverBuf(p, frame, hash)
-		}
+		wu.q.Release() // delivered frames are copies
 	}
 	if got == 0 {
 		return false
@@ -261,6 +389,44 @@ func (w *worker) serveUplink() bool {
 	w.releaseRX(true)
 	w.callTouched()
 	return true
+}
+
+// fromUplink learns and switches one frame from the uplink.
+func (w *worker) fromUplink(u *uplink, frame []byte, now int64) {
+	if len(frame) < ethHeader {
+		u.RxRunt.Add(1)
+		return
+	}
+	u.RxPackets.Add(1)
+	u.RxBytes.Add(uint64(len(frame)))
+	vid, frame := vswitch.PopVLAN(frame)
+	nw := (*u.byVLAN.Load())[vid]
+	if nw == nil {
+		u.RxNoNetwork.Add(1)
+		return
+	}
+	var dmac, smac vswitch.MAC
+	copy(dmac[:], frame[0:6])
+	copy(smac[:], frame[6:12])
+	nw.macs.Learn(smac, nw.up, now)
+	hash := vswitch.FlowHash(frame)
+	if !dmac.IsMulticast() {
+		if p, ok := nw.macs.Lookup(dmac); ok {
+			if p.up != nil {
+				u.RxNoDestination.Add(1) // back where it came from
+			} else {
+				w.deliverBuf(p, frame, hash)
+			}
+			return
+		}
+	}
+	ports := *nw.ports.Load()
+	if len(ports) == 0 {
+		u.RxNoDestination.Add(1)
+	}
+	for _, p := range ports {
+		w.deliverBuf(p, frame, hash)
+	}
 }
 
 // forwardUplink sends a unicast frame from a guest's TX chain to the
@@ -272,18 +438,30 @@ func (w *worker) forwardUplink(nw *network, r *virtq.Reader, prefix []byte, limi
 	if wu == nil { // the network is on the uplink only if there is one
 		return len(prefix) + r.Skip(limit+1-len(prefix))
 	}
-	start := tap.HdrLen + vlanTag
-	n := copy(wu.tx[start:start+limit], prefix)
-	for n < limit && r.More() {
-		n += r.Read(wu.tx[start+n : start+limit])
+	buf := wu.q.TxFrame()
+	if buf == nil {
+		wu.u.TxDropped.Add(1)
+		return len(prefix) + r.Skip(limit+1-len(prefix))
 	}
-	if n == limit {
-		n += r.Skip(1) // one more byte means too long
+	// an af_xdp frame buffer may be shorter than limit
+	room := min(limit, len(buf)-txHeadroom)
+	n := copy(buf[txHeadroom:txHeadroom+room], prefix)
+	for n < room && r.More() {
+		n += r.Read(buf[txHeadroom+n : txHeadroom+room])
+	}
+	if n == room {
+		n += r.Skip(limit + 1 - room) // beyond limit means too long
 	}
 	if n > limit || r.Err() != nil {
+		wu.q.Cancel()
 		return n
 	}
-	w.sendUplink(nw, start, n)
+	if n > room {
+		wu.u.TxOversize.Add(1)
+		wu.q.Cancel()
+		return n
+	}
+	w.sendUplink(nw, buf, txHeadroom, n)
 	return n
 }
 
@@ -294,33 +472,53 @@ func (w *worker) floodUplink(nw *network, src *virtq.Queue, head uint16, hdrLen,
 	if wu == nil {
 		return
 	}
-	start := tap.HdrLen + vlanTag
+	buf := wu.q.TxFrame()
+	if buf == nil {
+		wu.u.TxDropped.Add(1)
+		return
+	}
+	if txHeadroom+frameLen > len(buf) {
+		wu.u.TxOversize.Add(1)
+		wu.q.Cancel()
+		return
+	}
 	r := src.NewReader(head)
 	r.Skip(hdrLen)
-	if r.Read(wu.tx[start:start+frameLen]) != frameLen || r.Err() != nil {
+	if r.Read(buf[txHeadroom:txHeadroom+frameLen]) != frameLen || r.Err() != nil {
+		wu.q.Cancel()
 		return // the chain changed under us
 	}
-	w.sendUplink(nw, start, frameLen)
+	w.sendUplink(nw, buf, txHeadroom, frameLen)
 }
 
-// sendUplink tags the frame at wu.tx[start:start+n] with the network's
-// VLAN, prepends the vnet header and writes it to the worker's tap queue.
-func (w *worker) sendUplink(nw *network, start, n int) {
+// sendUplink tags the frame at buf[start:start+n] (the worker's TxFrame
+// buffer) with the network's VLAN and queues it on the worker's uplink
+// queue, flushed at the end of the burst.
+func (w *worker) sendUplink(nw *network, buf []byte, start, n int) {
 	wu := w.up
 	u := wu.u
-	if n > u.dev.Config().MTU+ethHeader {
+	if n > u.mtu+ethHeader {
 		u.TxOversize.Add(1)
+		wu.q.Cancel()
 		return
 	}
 	if nw.vlan != 0 {
-		start = vswitch.PushVLAN(wu.tx[:], start, nw.vlan)
+		start = vswitch.PushVLAN(buf, start, nw.vlan)
 		n += vlanTag
 	}
-	copy(wu.tx[start-tap.HdrLen:start], wu.hdr[:])
-	if _, err := unix.Write(wu.fd, wu.tx[start-tap.HdrLen:start+n]); err != nil {
+	if !wu.q.Send(start, n) {
 		u.TxDropped.Add(1)
 		return
 	}
+	wu.pending = true
 	u.TxPackets.Add(1)
 	u.TxBytes.Add(uint64(n))
+}
+
+// flushUplink sends what the burst queued on the uplink.
+func (w *worker) flushUplink() {
+	if wu := w.up; wu != nil && wu.pending {
+		wu.pending = false
+		wu.q.Flush()
+	}
 }

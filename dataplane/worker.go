@@ -80,7 +80,7 @@ type worker struct {
 	events   [64]unix.EpollEvent
 	s        scratch
 	drainBuf [8]byte
-	up       *workerUplink // the worker's tap queue (uplink.go); nil without an uplink
+	up       *workerUplink // the worker's uplink queue (uplink.go); nil without an uplink
 }
 
 const wakeToken = -1
@@ -232,6 +232,7 @@ func (w *worker) pass() (worked bool) {
 		if !w.serveSafely(a) {
 			continue
 		}
+		w.flushUplink()
 		worked = true
 		if t0 := w.s.start; t0 != 0 {
 			d := uint64(max(nanotime()-t0, 0))
@@ -251,6 +252,9 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.panics.Add(1)
+			if w.up != nil {
+				w.up.q.Cancel() // a frame to the uplink half built
+			}
 			v := w.s.culprit
 			if v == nil {
 				v = a.tx

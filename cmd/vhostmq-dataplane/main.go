@@ -44,7 +44,7 @@ func run(path string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
-		Uplink: cfg.TapConfig()})
+		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig()})
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,9 @@ import (
 
 // Uplink kinds a network may name.
 const (
-	UplinkNone = "none"
-	UplinkTap  = "tap"
+	UplinkNone  = "none"
+	UplinkTap   = "tap"
+	UplinkAFXDP = "af_xdp"
 )
 
 // networkPattern admits NAD names (namespace/name) and plain names.
@@ -69,15 +70,15 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 	}
 	switch s.Uplink {
 	case UplinkNone:
-	case UplinkTap:
-		if !a.dp.HasUplink(UplinkTap) {
-			return status.Errorf(codes.FailedPrecondition, "spec.uplink: %q, but this node has no tap uplink (agent config uplink.tap)", s.Uplink)
+	case UplinkTap, UplinkAFXDP:
+		if !a.dp.HasUplink(s.Uplink) {
+			return status.Errorf(codes.FailedPrecondition, "spec.uplink: %q, but this node has no %s uplink (agent config uplink.%s)", s.Uplink, s.Uplink, s.Uplink)
 		}
 		if err := a.dp.UplinkHealth(); err != nil {
-			return status.Errorf(codes.FailedPrecondition, "spec.uplink: the tap uplink cannot carry traffic: %v", err)
+			return status.Errorf(codes.FailedPrecondition, "spec.uplink: the %s uplink cannot carry traffic: %v", s.Uplink, err)
 		}
 	default:
-		return invalid("uplink", "%q is not %q or %q", s.Uplink, UplinkNone, UplinkTap)
+		return invalid("uplink", "%q is not %q, %q or %q", s.Uplink, UplinkNone, UplinkTap, UplinkAFXDP)
 	}
 	for _, r := range a.ports {
 		if r.spec.Id == s.Id || r.spec.Network != s.Network {

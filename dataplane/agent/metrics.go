@@ -42,7 +42,7 @@ var (
 	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
 	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
 	descDHCP      = desc("dhcp_messages_total", "DHCP messages of a port's guest answered by the dataplane, by type (malformed: dropped; ignored: not ours to answer).", append(portLabels, "type"))
-	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (its tap and bridge exist and are up).", uplinkLabels)
+	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (tap: its tap and bridge exist and are up; af_xdp: its NIC is up and runs the XDP program).", uplinkLabels)
 )
 
 // collector reads the counters at scrape time; nothing is kept twice.
@@ -118,7 +118,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			reason string
 			v      uint64
 		}{{"rx_no_network", u.RxNoNetwork}, {"rx_runt", u.RxRunt}, {"rx_no_destination", u.RxNoDestination},
-			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}} {
+			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}} {
 			counter(descUpDrops, float64(r.v), append(l, r.reason)...)
 		}
 		gauge(descUpHealthy, b2f(u.Healthy), l...)

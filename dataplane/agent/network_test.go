@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/vhostmq/vhostmq/dataplane"
+	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
@@ -255,5 +256,67 @@ func TestTapUplinkThroughTheAgent(t *testing.T) {
 	}
 	if !e.ag.Health().Healthy {
 		t.Error("a down uplink made the node unhealthy: its slots still serve local networks")
+	}
+}
+
+// TestAFXDPUplinkThroughTheAgent: with an af_xdp uplink on a veth, ports
+// ask for it by network ("af_xdp"); asking for the tap uplink the node
+// lacks is refused, and so are new ports while the NIC is down.
+func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := fmt.Sprintf("vmqax%d", os.Getpid())
+	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"},
+		{"-n", ns, "link", "set", "vx0", "up"}, {"-n", ns, "link", "set", "vx1", "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	var dp *dataplane.Dataplane
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		orig, _ := netns.Get()
+		defer orig.Close()
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		netns.Set(h)
+		defer netns.Set(orig)
+		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), AFXDP: &afxdp.Config{Interface: "vx0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	e := startOn(t, shortDir(t), dp, 4)
+	s := e.spec("u", 1)
+	s.Network, s.Uplink = "ns1/red", "af_xdp"
+	if _, err := e.create(s); err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.spec("u2", 1)
+	s2.Network, s2.Uplink = "ns1/green", "tap"
+	if _, err := e.create(s2); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.uplink: "tap", but this node has no tap uplink (agent config uplink.tap)`) {
+		t.Errorf("tap uplink on an af_xdp node: %v", err)
+	}
+	s2.Uplink = "ovs"
+	if _, err := e.create(s2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.uplink: "ovs" is not "none", "tap" or "af_xdp"`) {
+		t.Errorf("unknown uplink kind: %v", err)
+	}
+	exec.Command("ip", "-n", ns, "link", "set", "vx0", "down").Run()
+	s3 := e.spec("u3", 1)
+	s3.Network, s3.Uplink = "ns1/blue", "af_xdp"
+	if _, err := e.create(s3); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.uplink: the af_xdp uplink cannot carry traffic: interface: "vx0" is down`) {
+		t.Errorf("new uplinked port with vx0 down: %v", err)
+	}
+	waitHealth := time.Now().Add(3 * time.Second)
+	for !strings.Contains(e.ag.Health().Reason, `uplink: interface: "vx0" is down`) {
+		if time.Now().After(waitHealth) {
+			t.Fatalf("health does not report the down NIC: %v", e.ag.Health())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 )
@@ -57,9 +58,24 @@ type Config struct {
 	Uplink *Uplink `yaml:"uplink,omitempty"`
 }
 
-// Uplink is the node's uplink; one kind for now.
+// Uplink is the node's uplink: exactly one kind.
 type Uplink struct {
-	Tap *TapUplink `yaml:"tap,omitempty"`
+	Tap   *TapUplink   `yaml:"tap,omitempty"`
+	AFXDP *AFXDPUplink `yaml:"af_xdp,omitempty"`
+}
+
+// AFXDPUplink is AF_XDP sockets on a NIC (one per NIC queue), with an XDP
+// program that takes the guests' frames and passes the rest to the host.
+type AFXDPUplink struct {
+	// Interface is the NIC (or veth); required.
+	Interface string `yaml:"interface"`
+	// Dedicated: the host does not use the NIC, so broadcasts and
+	// multicasts go to the guests only (default: to the host, and a copy
+	// to the guests).
+	Dedicated bool `yaml:"dedicated,omitempty"`
+	// Generic attaches the XDP program in generic (SKB) mode even where
+	// the driver offers native XDP.
+	Generic bool `yaml:"generic,omitempty"`
 }
 
 // TapUplink is a multiqueue tap (one queue per worker) the dataplane
@@ -89,6 +105,16 @@ func (c *Config) TapConfig() *tap.Config {
 		tc.Name = DefaultTapName
 	}
 	return tc
+}
+
+// AFXDPConfig returns the af_xdp uplink's configuration, or nil without
+// one.
+func (c *Config) AFXDPConfig() *afxdp.Config {
+	if c.Uplink == nil || c.Uplink.AFXDP == nil {
+		return nil
+	}
+	x := c.Uplink.AFXDP
+	return &afxdp.Config{Interface: x.Interface, Dedicated: x.Dedicated, Generic: x.Generic}
 }
 
 // Port is one vhost-user port.
@@ -187,8 +213,16 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("metricsAddress: %q is not host:port or :port", c.MetricsAddress))
 		}
 	}
-	if c.Uplink != nil && c.Uplink.Tap == nil {
-		errs = append(errs, errors.New("uplink: names no kind (tap)"))
+	if c.Uplink != nil && c.Uplink.Tap == nil && c.Uplink.AFXDP == nil {
+		errs = append(errs, errors.New("uplink: names no kind (tap or af_xdp)"))
+	}
+	if c.Uplink != nil && c.Uplink.Tap != nil && c.Uplink.AFXDP != nil {
+		errs = append(errs, errors.New("uplink: names two kinds (tap and af_xdp); a node has one uplink"))
+	}
+	if xc := c.AFXDPConfig(); xc != nil {
+		if err := xc.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("uplink.af_xdp.%w", err))
+		}
 	}
 	if tc := c.TapConfig(); tc != nil {
 		if err := tc.Validate(); err != nil {

@@ -155,8 +155,9 @@ type PortSpec struct {
 	// first IPv4 address) instead of switching its requests.
 	Dhcp bool `protobuf:"varint,16,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
 	// uplink is how the network leaves the node: "none" (VMs on this node
-	// only; "" means none) or "tap" (the node's tap uplink, named in the
-	// agent config). Every port of a network must give the same.
+	// only; "" means none), "tap" or "af_xdp" (the node's uplink of that
+	// kind, named in the agent config). Every port of a network must give
+	// the same.
 	Uplink        string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
