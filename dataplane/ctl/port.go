@@ -42,7 +42,7 @@ func portAddSetup(fs *flag.FlagSet) runFunc {
 	fs.Var(&labelsValue{m: labels}, "label", "`KEY=VALUE` label, repeatable: k8s.pod.namespace, k8s.pod.name, interface, ...")
 	fs.StringVar(&network, "network", "", "`NAME` of the port's network (its own MAC table; default: the default network)")
 	fs.Var(&uint32Value{p: &vlan}, "vlan", "802.1Q `VID` of the network on the uplink, 1..4094 (default untagged)")
-	fs.Var(&enumValue{p: &uplink, allowed: []string{"none", "tap"}}, "uplink", "`KIND` of uplink the network uses: none (the default) or tap")
+	fs.Var(&enumValue{p: &uplink, allowed: []string{"none", "tap", "af_xdp"}}, "uplink", "`KIND` of uplink the network uses: none (the default), tap or af_xdp (the node's uplink of that kind)")
 	fs.BoolVar(&dhcp, "dhcp", false, "answer the guest's DHCP with --address, --gateway and --dns")
 	fs.Var(&listValue{p: &addresses}, "address", "the guest's `CIDRS`, comma-separated, e.g. 10.1.2.3/24")
 	fs.StringVar(&gateway, "gateway", "", "the guest's default `ROUTER`")
