@@ -17,7 +17,16 @@
 # reverse); a cannot reach c (VLAN isolation); both uplinks counted
 # traffic; every dataplane exits 0 on SIGTERM.
 #
-# Usage: hack/e2e-uplink.sh [--keep DIR] [--time 5] [--streams 4]
+# Then, in the same run, what a user would pick instead: the same three
+# guests on plain taps in the same bridges (kernel forwarding; QEMU's own
+# virtio-net backend, vhost=off: this machine has no /dev/vhost-net),
+# static addresses, the same iperf3 a->b; both rates are printed side by
+# side (measured, not asserted beyond > 0).
+#
+# Usage: hack/e2e-uplink.sh [--keep DIR] [--time 5] [--streams 4] [--polling interrupt]
+#   --polling  the ports' polling mode (default interrupt: two dataplanes
+#              and three TCG guests share this machine's CPUs, and a
+#              polling worker takes CPU the guests need)
 # Needs root, QEMU and the guest image (hack/install-deps.sh); heavy: run
 # it under `flock /tmp/vhostmq-heavy.lock`. Exit status 0 when every
 # assertion held.
@@ -26,12 +35,13 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-WORK="" ITIME=5 STREAMS=4
+WORK="" ITIME=5 STREAMS=4 POLLING=interrupt
 while (($#)); do
     case $1 in
         --keep) WORK=$2; shift 2 ;;
         --time) ITIME=$2; shift 2 ;;
         --streams) STREAMS=$2; shift 2 ;;
+        --polling) POLLING=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
@@ -86,7 +96,7 @@ ctl() { local n=$1; shift; "$WORK/bin/vhostmqctl" --socket "${API[$n]}" "$@"; }
 # port NODE NAME VLAN ADDRESS MAC: a server-role port on network t<VLAN>
 port() {
     local n=$1 name=$2 vlan=$3 addr=$4 mac=$5
-    ctl "$n" port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" \
+    ctl "$n" port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" --polling "$POLLING" \
         --network "t$vlan" --vlan "$vlan" --uplink tap --dhcp --address "$addr" --gateway 10.10.0.1 --dns 10.10.0.1 >/dev/null ||
         vmq_die "node $n: port add $name failed"
 }
@@ -154,6 +164,54 @@ for n in n1 n2; do
     fi
 done
 for g in a b c; do vmq_guest_stop "$g"; done
+
+# ---------------------------------------------------------------- kernel path, same run
+# kguest NAME NETNS MAC IP ROLES...: a guest on a tap in NETNS's br0
+kguest() {
+    local name=$1 ns=$2 mac=$3 ip=$4 tapname=kt$1$$
+    shift 4
+    vmq_guest_env
+    VMQ_GUEST_LOG[$name]=$WORK/guest-$name.log
+    : >"${VMQ_GUEST_LOG[$name]}"
+    # shellcheck disable=SC2054  # commas are QEMU option syntax
+    vmq_bg "$WORK/guest-$name.qemu.log" 240 ip netns exec "$ns" qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp 1 \
+        -nodefaults -display none -monitor none -no-reboot \
+        -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD" \
+        -append "console=ttyS0 panic=-1 loglevel=4 vmq.name=$name vmq.ip=$ip $*" \
+        -netdev "tap,id=net0,ifname=${tapname:0:15},script=no,downscript=no,vhost=off" \
+        -device "virtio-net-pci,netdev=net0,mac=$mac" -serial "file:${VMQ_GUEST_LOG[$name]}"
+    VMQ_GUEST_PID[$name]=$VMQ_BG_PID
+    local i
+    for ((i = 0; i < 100; i++)); do
+        ip -n "$ns" link set "${tapname:0:15}" master br0 up 2>/dev/null && return 0
+        sleep 0.1
+    done
+    vmq_fail "kernel path: tap for $name did not appear"
+}
+KCOMMON=("vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200")
+kguest kb "$N2" 52:54:00:30:00:03 10.30.0.3/24 vmq.role=server "${KCOMMON[@]}"
+kguest kc "$N2" 52:54:00:30:00:04 10.30.0.4/24 vmq.role=server "${KCOMMON[@]}"
+kguest ka "$N1" 52:54:00:30:00:02 10.30.0.2/24 vmq.role=client vmq.peer=10.30.0.3 "${KCOMMON[@]}"
+if vmq_guest_wait ka 'VHOSTMQ-RESULT role-done role=client' 180; then
+    for dir in forward reverse; do
+        line=$(tr -d '\r' <"${VMQ_GUEST_LOG[ka]}" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
+        g=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        printf 'kernel_%s_gbps=%s\n' "$dir" "${g:-}" >>"$WORK/result.env"
+        if [[ -n $g ]] && awk -v g="$g" 'BEGIN { exit !(g > 0) }'; then :; else vmq_fail "kernel path iperf3 $dir: $line"; fi
+    done
+else
+    vmq_fail "kernel path: guest ka did not finish"
+fi
+for g in ka kb kc; do vmq_guest_stop "$g"; done
+# shellcheck disable=SC1091
+source "$WORK/result.env"
+echo
+echo "iperf3 a->b across the two nodes, ${STREAMS} streams, ${ITIME} s, 3 TCG guests running, ports polling $POLLING (Gbit/s):"
+{
+    echo "path forward reverse"
+    echo "vhostmq(tap-uplink) ${forward_gbps:-?} ${reverse_gbps:-?}"
+    echo "kernel(bridge+tap,qemu-virtio-net) ${kernel_forward_gbps:-?} ${kernel_reverse_gbps:-?}"
+} | vmq_table
 for n in n1 n2; do
     vmq_stop "${DP_PID[$n]}" 10
     if [[ $VMQ_RC == 0 ]]; then vmq_ok "node $n: dataplane exited 0 on SIGTERM"; else vmq_fail "node $n: dataplane exit status $VMQ_RC"; fi
