@@ -180,15 +180,7 @@ func (t *Table) Slice(gpa, n uint64) ([]byte, error) {
 	if t == nil {
 		return nil, ErrOutOfBounds
 	}
-	r := t.regionGPA(gpa)
-	if r == nil {
-		return nil, ErrOutOfBounds
-	}
-	off := gpa - r.GPA
-	if n > r.Size-off {
-		return nil, ErrOutOfBounds
-	}
-	return r.data[off : off+n : off+n], nil
+	return sliceIn(t.regionGPA(gpa), gpa, n)
 }
 
 // Span returns the longest host-contiguous prefix, at most n bytes, of the
@@ -199,7 +191,23 @@ func (t *Table) Span(gpa, n uint64) []byte {
 	if t == nil {
 		return nil
 	}
-	r := t.regionGPA(gpa)
+	return spanIn(t.regionGPA(gpa), gpa, n)
+}
+
+// sliceIn returns the n bytes at gpa from r, which holds gpa (or is nil).
+func sliceIn(r *Region, gpa, n uint64) ([]byte, error) {
+	if r == nil {
+		return nil, ErrOutOfBounds
+	}
+	off := gpa - r.GPA
+	if n > r.Size-off {
+		return nil, ErrOutOfBounds
+	}
+	return r.data[off : off+n : off+n], nil
+}
+
+// spanIn returns at most n bytes at gpa from r, which holds gpa (or is nil).
+func spanIn(r *Region, gpa, n uint64) []byte {
 	if r == nil {
 		return nil
 	}
@@ -208,6 +216,55 @@ func (t *Table) Span(gpa, n uint64) []byte {
 		n = r.Size - off
 	}
 	return r.data[off : off+n : off+n]
+}
+
+// Cursor remembers the region of its last translation: a guest's buffers
+// and descriptor tables mostly sit in one region, so consecutive
+// translations skip the region search. A hit is checked exactly like a
+// search result (gpa inside the region, the length within it). The cursor
+// is keyed by the table it was filled from, so a translation in another
+// table never sees a region of an old one. It is not safe for concurrent
+// use: its owner (one vring's queue) serialises access under its lock, the
+// same lock held when a table is swapped.
+type Cursor struct {
+	t *Table
+	r *Region
+}
+
+// hit reports whether the remembered region of t holds gpa.
+func (c *Cursor) hit(t *Table, gpa uint64) bool {
+	r := c.r
+	return c.t == t && r != nil && gpa >= r.GPA && gpa-r.GPA < r.Size
+}
+
+// search looks gpa up in t and remembers the region found.
+func (c *Cursor) search(t *Table, gpa uint64) *Region {
+	if t == nil {
+		return nil
+	}
+	r := t.regionGPA(gpa)
+	if r != nil {
+		c.t, c.r = t, r
+	}
+	return r
+}
+
+// Slice is t.Slice(gpa, n) through the cursor.
+func (c *Cursor) Slice(t *Table, gpa, n uint64) ([]byte, error) {
+	r := c.r
+	if !c.hit(t, gpa) {
+		r = c.search(t, gpa)
+	}
+	return sliceIn(r, gpa, n)
+}
+
+// Span is t.Span(gpa, n) through the cursor.
+func (c *Cursor) Span(t *Table, gpa, n uint64) []byte {
+	r := c.r
+	if !c.hit(t, gpa) {
+		r = c.search(t, gpa)
+	}
+	return spanIn(r, gpa, n)
 }
 
 // SliceUVA translates a frontend virtual address range, used for ring

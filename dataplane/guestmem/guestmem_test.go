@@ -473,3 +473,147 @@ func TestLookupAllocs(t *testing.T) {
 		t.Errorf("%v allocations per translation, want 0", allocs)
 	}
 }
+
+// TestCursorNeverStale: a cursor filled from one table must not serve that
+// table's region after the owner swapped in another table, whether the new
+// table maps the same guest address elsewhere, drops it, or is nil.
+func TestCursorNeverStale(t *testing.T) {
+	old := fakeRegion(0x10000, 0x1000, 0x7000_0000)
+	moved := fakeRegion(0x10000, 0x1000, 0x9000_0000) // same GPA, other memory
+	other := fakeRegion(0x40000, 0x1000, 0x8000_0000)
+	t1, err := NewTable([]*Region{old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := NewTable([]*Region{moved, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t3, err := NewTable([]*Region{other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Cursor
+	b := c.Span(t1, 0x10010, 8)
+	if len(b) != 8 || addr(b) != addr(old.data)+0x10 {
+		t.Fatalf("t1: got %d bytes at %#x, want 8 in the old region", len(b), addr(b))
+	}
+	// swapped: the same GPA now lives in another region
+	b = c.Span(t2, 0x10010, 8)
+	if len(b) != 8 || addr(b) != addr(moved.data)+0x10 {
+		t.Fatalf("after swap to t2: got %d bytes at %#x, want the moved region %#x (old %#x)", len(b), addr(b), addr(moved.data)+0x10, addr(old.data)+0x10)
+	}
+	if s, err := c.Slice(t2, 0x10020, 16); err != nil || addr(s) != addr(moved.data)+0x20 {
+		t.Fatalf("t2 Slice: %#x, %v", addr(s), err)
+	}
+	// swapped back and forth between translations
+	for i := range 4 {
+		tbl, want := t1, old
+		if i%2 == 1 {
+			tbl, want = t2, moved
+		}
+		s, err := c.Slice(tbl, 0x10100, 4)
+		if err != nil || addr(s) != addr(want.data)+0x100 {
+			t.Fatalf("swap %d: got %#x, %v; want %#x", i, addr(s), err, addr(want.data)+0x100)
+		}
+	}
+	// swapped to a table without that GPA, or to none: nothing
+	if b := c.Span(t3, 0x10010, 8); b != nil {
+		t.Fatalf("t3 has no region at 0x10010, got %d bytes at %#x", len(b), addr(b))
+	}
+	if _, err := c.Slice(t3, 0x10010, 8); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("t3 Slice: err %v, want ErrOutOfBounds", err)
+	}
+	c.Span(t2, 0x10010, 8) // remember t2's region again
+	if b := c.Span(nil, 0x10010, 8); b != nil {
+		t.Fatalf("nil table served %d bytes", len(b))
+	}
+	if _, err := c.Slice(nil, 0x10010, 8); !errors.Is(err, ErrOutOfBounds) {
+		t.Fatalf("nil table Slice: err %v", err)
+	}
+}
+
+// TestCursorBounds: a cached hit is bounds-checked like a search: a range
+// running past the remembered region is refused (Slice) or cut (Span), and
+// addresses just outside it are not served from it.
+func TestCursorBounds(t *testing.T) {
+	r := fakeRegion(0x10000, 0x1000, 0)
+	tbl, err := NewTable([]*Region{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Cursor
+	if _, err := c.Slice(tbl, 0x10000, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		gpa, n uint64
+		ok     bool
+		span   int
+	}{
+		{0x10ff0, 0x10, true, 0x10},
+		{0x10ff0, 0x11, false, 0x10},
+		{0x10ff0, 1 << 63, false, 0x10},
+		{0x10fff, ^uint64(0), false, 1},
+		{0x11000, 1, false, 0},
+		{0xffff, 1, false, 0},
+		{0xffff, 2, false, 0},
+		{^uint64(0), 1, false, 0},
+	} {
+		_, err := c.Slice(tbl, x.gpa, x.n)
+		if (err == nil) != x.ok {
+			t.Errorf("Slice(%#x, %#x): err %v, want ok=%v", x.gpa, x.n, err, x.ok)
+		}
+		if got := len(c.Span(tbl, x.gpa, x.n)); got != x.span {
+			t.Errorf("Span(%#x, %#x): %d bytes, want %d", x.gpa, x.n, got, x.span)
+		}
+	}
+}
+
+// TestCursorAgainstTable: through a cursor, random translations over a
+// table of many regions give exactly what the table's own search gives.
+func TestCursorAgainstTable(t *testing.T) {
+	var rs []*Region
+	for i := range uint64(20) {
+		rs = append(rs, fakeRegion(0x100000*i+0x1000*(i%3), 0x8000+0x1000*(i%5), 0x1_0000_0000+0x100000*i))
+	}
+	tbl, err := NewTable(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var c Cursor
+	gpa := uint64(0)
+	for range 20000 {
+		if rng.IntN(4) == 0 {
+			gpa = rng.Uint64N(0x100000 * 21)
+		} else {
+			gpa += rng.Uint64N(0x2000) // mostly nearby, like a guest's buffers
+		}
+		n := rng.Uint64N(0x3000)
+		ws, werr := tbl.Slice(gpa, n)
+		gs, gerr := c.Slice(tbl, gpa, n)
+		if (werr == nil) != (gerr == nil) || addr(ws) != addr(gs) || len(ws) != len(gs) {
+			t.Fatalf("Slice(%#x, %#x): cursor %#x/%d/%v, table %#x/%d/%v", gpa, n, addr(gs), len(gs), gerr, addr(ws), len(ws), werr)
+		}
+		wb, gb := tbl.Span(gpa, n), c.Span(tbl, gpa, n)
+		if addr(wb) != addr(gb) || len(wb) != len(gb) {
+			t.Fatalf("Span(%#x, %#x): cursor %#x/%d, table %#x/%d", gpa, n, addr(gb), len(gb), addr(wb), len(wb))
+		}
+	}
+}
+
+func TestCursorAllocs(t *testing.T) {
+	tbl, err := NewTable([]*Region{fakeRegion(0x10000, 0x1000, 0), fakeRegion(0x20000, 0x1000, 0x10000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Cursor
+	if a := testing.AllocsPerRun(100, func() {
+		c.Span(tbl, 0x10010, 8)
+		c.Span(tbl, 0x20010, 8)
+		c.Slice(tbl, 0x20020, 8)
+	}); a != 0 {
+		t.Fatalf("%v allocations per run", a)
+	}
+}

@@ -27,8 +27,9 @@ func readDesc(table []byte, i uint32) Desc {
 // violation ends the walk and is kept in Err.
 type Chain struct {
 	mem           *guestmem.Table
-	table         []byte // descriptor table being walked: the ring's or an indirect one
-	n             uint32 // entries in table
+	cur           *guestmem.Cursor // the queue's, nil for an empty walk
+	table         []byte           // descriptor table being walked: the ring's or an indirect one
+	n             uint32           // entries in table
 	next          uint32
 	ttl           uint32
 	maxIndirect   uint32
@@ -74,7 +75,7 @@ func (c *Chain) nextDesc() bool {
 			case d.Len == 0 || d.Len%virtio.DescSize != 0 || d.Len/virtio.DescSize > c.maxIndirect:
 				return c.fail(ErrIndirectSize)
 			}
-			tbl, err := c.mem.Slice(d.Addr, uint64(d.Len))
+			tbl, err := c.cur.Slice(c.mem, d.Addr, uint64(d.Len))
 			if err != nil {
 				return c.fail(ErrAddr)
 			}
@@ -106,6 +107,12 @@ func (c *Chain) nextDesc() bool {
 	}
 }
 
+// done reports, without walking, that the chain has nothing left: the
+// current descriptor is used up and it had no NEXT (or the walk failed).
+// Next would return nothing; the readers' loops ask this first because
+// it inlines and Next does not.
+func (c *Chain) done() bool { return c.left == 0 && !c.more }
+
 // Next returns the next host-contiguous piece of the chain's buffers and
 // whether it is device-writable. A descriptor whose guest range spans two
 // mapped regions comes back in two pieces.
@@ -113,7 +120,7 @@ func (c *Chain) Next() (buf []byte, write bool, ok bool) {
 	if c.left == 0 && !c.nextDesc() {
 		return nil, false, false
 	}
-	b := c.mem.Span(c.addr, uint64(c.left))
+	b := c.cur.Span(c.mem, c.addr, uint64(c.left))
 	if len(b) == 0 {
 		c.fail(ErrAddr)
 		return nil, false, false
@@ -135,6 +142,10 @@ func (q *Queue) NewReader(head uint16) Reader { return Reader{c: q.Chain(head)} 
 // Err returns the chain's error, if the walk hit one.
 func (r *Reader) Err() error { return r.c.err }
 
+// ready reports whether r.seg holds bytes, filling it if needed; the
+// common cases (bytes left, chain done) are decided inline.
+func (r *Reader) ready() bool { return len(r.seg) > 0 || (!r.c.done() && r.fill()) }
+
 func (r *Reader) fill() bool {
 	for len(r.seg) == 0 {
 		b, w, ok := r.c.Next()
@@ -153,7 +164,7 @@ func (r *Reader) fill() bool {
 // Read copies up to len(p) bytes.
 func (r *Reader) Read(p []byte) int {
 	n := 0
-	for n < len(p) && r.fill() {
+	for n < len(p) && r.ready() {
 		k := copy(p[n:], r.seg)
 		r.seg = r.seg[k:]
 		n += k
@@ -164,7 +175,7 @@ func (r *Reader) Read(p []byte) int {
 // Skip discards up to n bytes and returns how many it skipped.
 func (r *Reader) Skip(n int) int {
 	done := 0
-	for done < n && r.fill() {
+	for done < n && r.ready() {
 		k := min(n-done, len(r.seg))
 		r.seg = r.seg[k:]
 		done += k
@@ -174,12 +185,12 @@ func (r *Reader) Skip(n int) int {
 
 // More reports whether readable bytes remain, walking on to the next
 // descriptor if the current one is used up (a walk error ends it: see Err).
-func (r *Reader) More() bool { return r.fill() }
+func (r *Reader) More() bool { return r.ready() }
 
 // Segment returns the rest of the current piece, consuming it; nil at the
 // end of the readable part.
 func (r *Reader) Segment() []byte {
-	if !r.fill() {
+	if !r.ready() {
 		return nil
 	}
 	s := r.seg
@@ -200,6 +211,9 @@ func (q *Queue) NewWriter(head uint16) Writer { return Writer{c: q.Chain(head)} 
 // Err returns the chain's error, if the walk hit one.
 func (w *Writer) Err() error { return w.c.err }
 
+// ready is Reader.ready for the writable side.
+func (w *Writer) ready() bool { return len(w.seg) > 0 || (!w.c.done() && w.fill()) }
+
 func (w *Writer) fill() bool {
 	for len(w.seg) == 0 {
 		b, wr, ok := w.c.Next()
@@ -217,7 +231,7 @@ func (w *Writer) fill() bool {
 // Write copies as much of p as fits and returns the count.
 func (w *Writer) Write(p []byte) int {
 	n := 0
-	for n < len(p) && w.fill() {
+	for n < len(p) && w.ready() {
 		k := copy(w.seg, p[n:])
 		w.seg = w.seg[k:]
 		n += k
@@ -228,7 +242,7 @@ func (w *Writer) Write(p []byte) int {
 // CopyFrom copies up to max bytes from r and returns the count.
 func (w *Writer) CopyFrom(r *Reader, max int) int {
 	n := 0
-	for n < max && w.fill() && r.fill() {
+	for n < max && w.ready() && r.ready() {
 		k := copy(w.seg[:min(len(w.seg), max-n)], r.seg)
 		w.seg = w.seg[k:]
 		r.seg = r.seg[k:]
@@ -238,12 +252,12 @@ func (w *Writer) CopyFrom(r *Reader, max int) int {
 }
 
 // Full reports whether the chain has no writable room left.
-func (w *Writer) Full() bool { return !w.fill() }
+func (w *Writer) Full() bool { return !w.ready() }
 
 // Skip moves past up to n writable bytes without writing them.
 func (w *Writer) Skip(n int) int {
 	done := 0
-	for done < n && w.fill() {
+	for done < n && w.ready() {
 		k := min(n-done, len(w.seg))
 		w.seg = w.seg[k:]
 		done += k

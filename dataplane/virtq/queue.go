@@ -53,6 +53,7 @@ type Queue struct {
 	avail []byte
 	used  []byte
 	feat  Features
+	cur   guestmem.Cursor // last region hit by this queue's chains
 
 	lastAvail      uint16 // next available ring entry to take
 	usedIdx        uint16 // shadow of used.idx, published by Publish
@@ -189,7 +190,7 @@ func (q *Queue) Chain(head uint16) Chain {
 		return Chain{err: ErrHeadOutOfRange}
 	}
 	return Chain{
-		mem: q.mem, table: q.desc, n: uint32(q.size), next: uint32(head), ttl: uint32(q.size),
+		mem: q.mem, cur: &q.cur, table: q.desc, n: uint32(q.size), next: uint32(head), ttl: uint32(q.size),
 		more: true, maxIndirect: uint32(q.size), allowIndirect: q.feat.IndirectDesc,
 	}
 }
