@@ -28,7 +28,10 @@
 // Modes. The program is attached in native (driver) mode where the driver
 // offers it, else in generic (SKB) mode; sockets are bound zero-copy where
 // the driver supports it, else in copy mode (veth: native XDP, copy mode).
-// Mode says which, and why the faster one was refused.
+// Mode says which, and why the faster one was refused. The program is
+// attached through a BPF link owned by the process: it goes away with the
+// last fd, so a crashed dataplane leaves no program on the NIC, and no one
+// else can replace it while the link lives.
 //
 // Memory. Each socket has its own UMEM of 2048 frames of FrameSize bytes
 // (8 MiB, pinned: the process needs CAP_IPC_LOCK or the memlock rlimit):
