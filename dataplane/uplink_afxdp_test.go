@@ -5,16 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
@@ -27,28 +25,22 @@ type xdpBed struct {
 }
 
 func newXDPBed(t testing.TB) *xdpBed {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
 	b := &xdpBed{node: fmt.Sprintf("vmxn%d", os.Getpid()), peer: fmt.Sprintf("vmxp%d", os.Getpid()),
 		nodeMAC: [6]byte{0x02, 0, 0, 0x79, 0, 2}, peerMAC: [6]byte{0x02, 0, 0, 0x79, 0, 1}}
-	for _, ns := range []string{b.node, b.peer} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
-	sh(t, "ip", "-n", b.node, "link", "add", "vA", "address", net.HardwareAddr(b.nodeMAC[:]).String(),
+	nettest.AddNetns(t, b.node, b.peer)
+	nettest.Run(t, "ip", "-n", b.node, "link", "add", "vA", "address", net.HardwareAddr(b.nodeMAC[:]).String(),
 		"type", "veth", "peer", "name", "vB", "address", net.HardwareAddr(b.peerMAC[:]).String(), "netns", b.peer)
-	sh(t, "ip", "-n", b.node, "addr", "add", "10.79.0.2/24", "dev", "vA")
-	sh(t, "ip", "-n", b.peer, "addr", "add", "10.79.0.1/24", "dev", "vB")
-	sh(t, "ip", "-n", b.node, "link", "set", "vA", "up")
-	sh(t, "ip", "-n", b.peer, "link", "set", "vB", "up")
+	nettest.Run(t, "ip", "-n", b.node, "addr", "add", "10.79.0.2/24", "dev", "vA")
+	nettest.Run(t, "ip", "-n", b.peer, "addr", "add", "10.79.0.1/24", "dev", "vB")
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "vA", "up")
+	nettest.Run(t, "ip", "-n", b.peer, "link", "set", "vB", "up")
 	return b
 }
 
 func xdpDataplane(t testing.TB, ns, nic string) *Dataplane {
 	var d *Dataplane
 	var err error
-	inNetns(t, ns, func() {
+	nettest.In(t, ns, func() {
 		d, err = New(Config{CPUs: []int{0, 1}, Logger: testLogger(t), AFXDP: &afxdp.Config{Interface: nic}})
 	})
 	if err != nil {
@@ -56,27 +48,6 @@ func xdpDataplane(t testing.TB, ns, nic string) *Dataplane {
 	}
 	t.Cleanup(d.Close)
 	return d
-}
-
-// inNetns runs f with this thread in namespace name (in, for benchmarks).
-func inNetns(tb testing.TB, name string, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		tb.Fatal(err)
-	}
-	defer netns.Set(orig)
-	f()
 }
 
 // TestAFXDPUplink: two dataplanes on two "nodes" joined by a veth pair,
@@ -111,13 +82,13 @@ func TestAFXDPUplink(t *testing.T) {
 			s1, _ := d.UplinkStats()
 			s2, _ := d2.UplinkStats()
 			t.Logf("uplink stats: node %+v peer %+v", s1, s2)
-			t.Log(sh(t, "ip", "-s", "-d", "-n", b.node, "link", "show", "vA"), sh(t, "ip", "-n", b.peer, "neigh"))
+			t.Log(nettest.Run(t, "ip", "-s", "-d", "-n", b.node, "link", "show", "vA"), nettest.Run(t, "ip", "-n", b.peer, "neigh"))
 		}
 	})
 
 	// the peer node's kernel: ARP (the guest's broadcast out, the unicast
 	// reply in: the guest's MAC was put in the XDP map when it sent)
-	if err := a.Send(0, arpRequest(macA, ipA, peer)); err != nil {
+	if err := a.Send(0, nettest.ARPRequest(macA, ipA, peer)); err != nil {
 		t.Fatal(err)
 	}
 	r := recvMatching(t, a, "ARP reply from 10.79.0.1", isARPReply(peer))
@@ -132,8 +103,8 @@ func TestAFXDPUplink(t *testing.T) {
 	})
 	// the peer's kernel asks for the guest: a broadcast the kernel gets
 	// and the guest gets a copy of
-	sh(t, "ip", "-n", b.peer, "neigh", "flush", "dev", "vB")
-	in(t, b.peer, func() {
+	nettest.Run(t, "ip", "-n", b.peer, "neigh", "flush", "dev", "vB")
+	nettest.In(t, b.peer, func() {
 		conn, err := net.Dial("udp4", "10.79.0.5:9")
 		if err != nil {
 			t.Fatal(err)
@@ -174,14 +145,14 @@ func TestAFXDPUplink(t *testing.T) {
 
 	// the node's own kernel still owns its address on the shared NIC
 	var l net.PacketConn
-	in(t, b.node, func() {
+	nettest.In(t, b.node, func() {
 		var err error
 		if l, err = net.ListenPacket("udp4", "10.79.0.2:7777"); err != nil {
 			t.Fatal(err)
 		}
 	})
 	defer l.Close()
-	in(t, b.peer, func() {
+	nettest.In(t, b.peer, func() {
 		conn, err := net.Dial("udp4", "10.79.0.2:7777")
 		if err != nil {
 			t.Fatal(err)
@@ -213,7 +184,7 @@ func TestAFXDPUplink(t *testing.T) {
 		return isFrom(macB)(fr) && [6]byte(fr[0:6]) == macA
 	})
 	// the NIC goes down: health says so, new networks are refused
-	sh(t, "ip", "-n", b.node, "link", "set", "vA", "down")
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "vA", "down")
 	if err := d.UplinkHealth(); err == nil || !strings.Contains(err.Error(), `"vA" is down`) {
 		t.Errorf("uplink health with vA down: %v", err)
 	}
@@ -227,7 +198,7 @@ func TestAFXDPUplink(t *testing.T) {
 func TestAFXDPUplinkMissingInterface(t *testing.T) {
 	b := newXDPBed(t)
 	var err error
-	in(t, b.node, func() {
+	nettest.In(t, b.node, func() {
 		_, err = New(Config{Logger: testLogger(t), AFXDP: &afxdp.Config{Interface: "nosuch0"}})
 	})
 	if err == nil || !strings.Contains(err.Error(), `uplink.af_xdp.interface: no interface "nosuch0"`) {

@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 )
@@ -26,62 +23,27 @@ type uplinkBed struct {
 	peerMAC    [6]byte
 }
 
-func sh(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 func newUplinkBed(t *testing.T) *uplinkBed {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
 	b := &uplinkBed{node: fmt.Sprintf("vmqn%d", os.Getpid()), peer: fmt.Sprintf("vmqp%d", os.Getpid())}
+	nettest.AddNetns(t, b.node, b.peer)
 	for _, ns := range []string{b.node, b.peer} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		sh(t, "ip", "-n", ns, "link", "add", "br0", "type", "bridge")
-		sh(t, "ip", "-n", ns, "link", "set", "br0", "up")
+		nettest.Run(t, "ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+		nettest.Run(t, "ip", "-n", ns, "link", "set", "br0", "up")
 	}
-	sh(t, "ip", "-n", b.node, "link", "add", "vA", "type", "veth", "peer", "name", "vB", "netns", b.peer)
-	sh(t, "ip", "-n", b.node, "link", "set", "vA", "master", "br0", "up")
-	sh(t, "ip", "-n", b.peer, "link", "set", "vB", "master", "br0", "up")
-	sh(t, "ip", "-n", b.peer, "addr", "add", "10.77.0.1/24", "dev", "br0")
+	nettest.Run(t, "ip", "-n", b.node, "link", "add", "vA", "type", "veth", "peer", "name", "vB", "netns", b.peer)
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "vA", "master", "br0", "up")
+	nettest.Run(t, "ip", "-n", b.peer, "link", "set", "vB", "master", "br0", "up")
+	nettest.Run(t, "ip", "-n", b.peer, "addr", "add", "10.77.0.1/24", "dev", "br0")
 	// a bridge takes a port's address unless it has its own: fix it
 	b.peerMAC = [6]byte{0x02, 0, 0, 0x77, 0, 1}
-	sh(t, "ip", "-n", b.peer, "link", "set", "br0", "address", net.HardwareAddr(b.peerMAC[:]).String())
+	nettest.Run(t, "ip", "-n", b.peer, "link", "set", "br0", "address", net.HardwareAddr(b.peerMAC[:]).String())
 	return b
-}
-
-// in runs f with this thread in namespace ns (a tap is made where
-// dataplane.New runs).
-func in(t *testing.T, name string, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer netns.Set(orig)
-	f()
 }
 
 func uplinkDataplane(t *testing.T, ns string) *Dataplane {
 	var d *Dataplane
 	var err error
-	in(t, ns, func() {
+	nettest.In(t, ns, func() {
 		d, err = New(Config{CPUs: []int{0, 1}, Logger: testLogger(t), Uplink: &tap.Config{Name: "vmqtap0", Attach: "br0"}})
 	})
 	if err != nil {
@@ -89,32 +51,6 @@ func uplinkDataplane(t *testing.T, ns string) *Dataplane {
 	}
 	t.Cleanup(d.Close)
 	return d
-}
-
-func arpRequest(src [6]byte, srcIP, dstIP [4]byte) []byte {
-	f := make([]byte, 42)
-	copy(f, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	copy(f[6:], src[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0806)
-	copy(f[14:], []byte{0, 1, 8, 0, 6, 4, 0, 1})
-	copy(f[22:], src[:])
-	copy(f[28:], srcIP[:])
-	copy(f[38:], dstIP[:])
-	return f
-}
-
-func csum(b []byte) uint16 {
-	var s uint32
-	for ; len(b) >= 2; b = b[2:] {
-		s += uint32(binary.BigEndian.Uint16(b))
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
 
 func echoRequest(dst, src [6]byte, srcIP, dstIP [4]byte, id uint16) []byte {
@@ -127,12 +63,12 @@ func echoRequest(dst, src [6]byte, srcIP, dstIP [4]byte, id uint16) []byte {
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
 	copy(ip[12:], srcIP[:])
 	copy(ip[16:], dstIP[:])
-	binary.BigEndian.PutUint16(ip[10:], csum(ip[:20]))
+	binary.BigEndian.PutUint16(ip[10:], nettest.Checksum(ip[:20]))
 	ic := ip[20:]
 	ic[0] = 8
 	binary.BigEndian.PutUint16(ic[4:], id)
 	binary.BigEndian.PutUint16(ic[6:], 1)
-	binary.BigEndian.PutUint16(ic[2:], csum(ic))
+	binary.BigEndian.PutUint16(ic[2:], nettest.Checksum(ic))
 	return f
 }
 
@@ -174,7 +110,7 @@ func noneMatching(t *testing.T, f *frontend.Frontend, what string, match func([]
 // br_netfilter drops IPv4 with a bad one.
 func ipFrame(dst, src [6]byte) []byte {
 	f := udpFrame(dst, src, 1, 2, []byte("hi"))
-	binary.BigEndian.PutUint16(f[24:], csum(f[14:34]))
+	binary.BigEndian.PutUint16(f[24:], nettest.Checksum(f[14:34]))
 	return f
 }
 
@@ -191,7 +127,7 @@ func TestTapUplink(t *testing.T) {
 	b := newUplinkBed(t)
 	d := uplinkDataplane(t, b.node)
 	d2 := uplinkDataplane(t, b.peer)
-	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vmqtap0"); !strings.Contains(out, "master br0") ||
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vmqtap0"); !strings.Contains(out, "master br0") ||
 		!strings.Contains(out, "multi_queue") || !strings.Contains(out, "vnet_hdr") || !strings.Contains(out, ",UP,") {
 		t.Errorf("tap as the kernel sees it:\n%s", out)
 	}
@@ -212,7 +148,7 @@ func TestTapUplink(t *testing.T) {
 	go func() {
 		defer close(arpDone)
 		for {
-			a.Send(0, arpRequest(macA, ipA, peer))
+			a.Send(0, nettest.ARPRequest(macA, ipA, peer))
 			select {
 			case <-stopARP:
 				return
@@ -225,8 +161,8 @@ func TestTapUplink(t *testing.T) {
 			s1, _ := d.UplinkStats()
 			s2, _ := d2.UplinkStats()
 			t.Logf("uplink stats: node %+v peer %+v", s1, s2)
-			t.Log(sh(t, "ip", "-s", "-n", b.node, "link", "show", "vmqtap0"), sh(t, "ip", "-s", "-n", b.node, "link", "show", "vA"),
-				sh(t, "bridge", "-n", b.node, "fdb", "show", "br", "br0"), sh(t, "ip", "-n", b.peer, "neigh"))
+			t.Log(nettest.Run(t, "ip", "-s", "-n", b.node, "link", "show", "vmqtap0"), nettest.Run(t, "ip", "-s", "-n", b.node, "link", "show", "vA"),
+				nettest.Run(t, "bridge", "-n", b.node, "fdb", "show", "br", "br0"), nettest.Run(t, "ip", "-n", b.peer, "neigh"))
 		}
 	})
 	r := recvMatching(t, a, "ARP reply from 10.77.0.1", isARPReply(peer))
@@ -263,7 +199,7 @@ func TestTapUplink(t *testing.T) {
 	noneMatching(t, a, "the untagged network saw VLAN 20's frames", func(f []byte) bool { return isFrom(macC)(f) || isFrom(macE)(f) })
 	noneMatching(t, bb, "the untagged network saw VLAN 20's frames", func(f []byte) bool { return isFrom(macC)(f) || isFrom(macE)(f) })
 	noneMatching(t, e, "VLAN 20 saw the untagged network's frames", func(f []byte) bool { return isFrom(macA)(f) || isFrom(macB)(f) })
-	c.Send(0, arpRequest(macC, [4]byte{10, 77, 0, 6}, peer))
+	c.Send(0, nettest.ARPRequest(macC, [4]byte{10, 77, 0, 6}, peer))
 	noneMatching(t, c, "VLAN 20 reached the untagged 10.77.0.1", isARPReply(peer))
 
 	st, ok := d.UplinkStats()
@@ -278,7 +214,7 @@ func TestTapUplink(t *testing.T) {
 		t.Errorf("second network on VLAN 20: %v", err)
 	}
 	// the bridge goes down: health says so, new networks are refused
-	sh(t, "ip", "-n", b.node, "link", "set", "br0", "down")
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "br0", "down")
 	if err := d.UplinkHealth(); err == nil || !strings.Contains(err.Error(), `bridge "br0" is down`) {
 		t.Errorf("uplink health with br0 down: %v", err)
 	}
@@ -292,14 +228,14 @@ func TestTapUplink(t *testing.T) {
 func TestTapUplinkMissingBridge(t *testing.T) {
 	b := newUplinkBed(t)
 	var err error
-	in(t, b.node, func() {
+	nettest.In(t, b.node, func() {
 		_, err = New(Config{Logger: testLogger(t), Uplink: &tap.Config{Name: "vmqtap0", Attach: "nosuchbr"}})
 	})
 	if err == nil || !strings.Contains(err.Error(), `uplink.tap.attach: no interface "nosuchbr"`) {
 		t.Errorf("missing bridge: %v", err)
 	}
 	// nothing left behind
-	if out := sh(t, "ip", "-n", b.node, "-br", "link"); strings.Contains(out, "vmqtap0") {
+	if out := nettest.Run(t, "ip", "-n", b.node, "-br", "link"); strings.Contains(out, "vmqtap0") {
 		t.Errorf("tap left behind:\n%s", out)
 	}
 }

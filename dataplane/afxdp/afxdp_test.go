@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 )
 
 // bed is two network namespaces joined by a veth pair: "node" has vx
@@ -32,54 +31,18 @@ var (
 	bcast    = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 )
 
-func sh(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
 func newBed(t testing.TB, queues int) *bed {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
 	b := &bed{node: fmt.Sprintf("xdpn%d", os.Getpid()), peer: fmt.Sprintf("xdpp%d", os.Getpid()),
 		peerMAC: [6]byte{0x02, 0, 0, 0x78, 0, 1}, nodeMAC: [6]byte{0x02, 0, 0, 0x78, 0, 2}}
-	for _, ns := range []string{b.node, b.peer} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
+	nettest.AddNetns(t, b.node, b.peer)
 	q := fmt.Sprint(queues)
-	sh(t, "ip", "-n", b.node, "link", "add", "vx", "numtxqueues", q, "numrxqueues", q, "address", net.HardwareAddr(b.nodeMAC[:]).String(),
+	nettest.Run(t, "ip", "-n", b.node, "link", "add", "vx", "numtxqueues", q, "numrxqueues", q, "address", net.HardwareAddr(b.nodeMAC[:]).String(),
 		"type", "veth", "peer", "name", "vy", "numtxqueues", q, "numrxqueues", q, "address", net.HardwareAddr(b.peerMAC[:]).String(), "netns", b.peer)
-	sh(t, "ip", "-n", b.node, "addr", "add", "10.78.0.2/24", "dev", "vx")
-	sh(t, "ip", "-n", b.peer, "addr", "add", "10.78.0.1/24", "dev", "vy")
-	sh(t, "ip", "-n", b.node, "link", "set", "vx", "up")
-	sh(t, "ip", "-n", b.peer, "link", "set", "vy", "up")
+	nettest.Run(t, "ip", "-n", b.node, "addr", "add", "10.78.0.2/24", "dev", "vx")
+	nettest.Run(t, "ip", "-n", b.peer, "addr", "add", "10.78.0.1/24", "dev", "vy")
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "vx", "up")
+	nettest.Run(t, "ip", "-n", b.peer, "link", "set", "vy", "up")
 	return b
-}
-
-// in runs f with this thread in namespace ns.
-func in(t testing.TB, name string, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer netns.Set(orig)
-	f()
 }
 
 // open opens the device on the node's vx, skipping only when the kernel
@@ -91,7 +54,7 @@ func (b *bed) open(t testing.TB, cfg Config, workers int) *Device {
 	}
 	var d *Device
 	var err error
-	in(t, b.node, func() { d, err = Open(cfg, workers) })
+	nettest.In(t, b.node, func() { d, err = Open(cfg, workers) })
 	if errors.Is(err, unix.EAFNOSUPPORT) {
 		t.Skipf("the kernel refuses AF_XDP here: %v", err)
 	}
@@ -106,7 +69,7 @@ func (b *bed) open(t testing.TB, cfg Config, workers int) *Device {
 func (b *bed) rawSocket(t testing.TB) int {
 	t.Helper()
 	var fd int
-	in(t, b.peer, func() {
+	nettest.In(t, b.peer, func() {
 		var err error
 		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 		if err != nil {
@@ -135,35 +98,12 @@ func udpFrame(dst, src [6]byte, payload string) []byte {
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
 	copy(ip[12:], guestIP[:])
 	copy(ip[16:], peerIP[:])
-	binary.BigEndian.PutUint16(ip[10:], csum(ip[:20]))
+	binary.BigEndian.PutUint16(ip[10:], nettest.Checksum(ip[:20]))
 	binary.BigEndian.PutUint16(ip[20:], 9)
 	binary.BigEndian.PutUint16(ip[22:], 9)
 	binary.BigEndian.PutUint16(ip[24:], uint16(8+len(payload)))
 	copy(ip[28:], payload)
 	return f
-}
-
-func arpRequest(src [6]byte, srcIP, dstIP [4]byte) []byte {
-	f := make([]byte, 42)
-	copy(f, bcast[:])
-	copy(f[6:], src[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0806)
-	copy(f[14:], []byte{0, 1, 8, 0, 6, 4, 0, 1})
-	copy(f[22:], src[:])
-	copy(f[28:], srcIP[:])
-	copy(f[38:], dstIP[:])
-	return f
-}
-
-func csum(b []byte) uint16 {
-	var s uint32
-	for ; len(b) >= 2; b = b[2:] {
-		s += uint32(binary.BigEndian.Uint16(b))
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
 
 // send puts one frame on q's TX ring at offset 64 and flushes.
@@ -249,7 +189,7 @@ func peerSend(t testing.TB, fd int, frame []byte) {
 func (b *bed) udpListen(t testing.TB, ns, addr string) net.PacketConn {
 	t.Helper()
 	var l net.PacketConn
-	in(t, ns, func() {
+	nettest.In(t, ns, func() {
 		var err error
 		if l, err = net.ListenPacket("udp4", addr); err != nil {
 			t.Fatal(err)
@@ -274,7 +214,7 @@ func udpRecv(t testing.TB, l net.PacketConn) string {
 // address by ARP first).
 func (b *bed) udpSend(t testing.TB, addr, payload string) {
 	t.Helper()
-	in(t, b.peer, func() {
+	nettest.In(t, b.peer, func() {
 		c, err := net.Dial("udp4", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -307,7 +247,7 @@ func TestVethRoundTrip(t *testing.T) {
 	if d.Queues() != 1 || d.Queue(0).FD() < 0 || d.Queue(1).FD() != -1 || !d.Queue(1).txShared {
 		t.Errorf("queues: %d NIC queues, worker fds %d %d", d.Queues(), d.Queue(0).FD(), d.Queue(1).FD())
 	}
-	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); !strings.Contains(out, "PROMISC") || !strings.Contains(out, "prog/xdp") {
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); !strings.Contains(out, "PROMISC") || !strings.Contains(out, "prog/xdp") {
 		t.Errorf("vx as the kernel sees it:\n%s", out)
 	}
 	if err := d.AddMAC(guestMAC); err != nil {
@@ -329,7 +269,7 @@ func TestVethRoundTrip(t *testing.T) {
 	peerRecv(t, raw, "worker 1's frame", hasPayload("from-worker-1"))
 
 	// ARP: the guest asks for the peer's kernel, the unicast reply is ours
-	send(t, d.Queue(0), arpRequest(guestMAC, guestIP, peerIP))
+	send(t, d.Queue(0), nettest.ARPRequest(guestMAC, guestIP, peerIP))
 	r := recvFrom(t, d, "ARP reply from 10.78.0.1", func(f []byte) bool {
 		return len(f) >= 42 && binary.BigEndian.Uint16(f[12:]) == 0x0806 && binary.BigEndian.Uint16(f[20:]) == 2 && [4]byte(f[28:32]) == peerIP
 	})
@@ -338,7 +278,7 @@ func TestVethRoundTrip(t *testing.T) {
 	}
 	// the peer's kernel asks for the guest (its neighbour entry from the
 	// guest's request flushed first): a broadcast, copied to us
-	sh(t, "ip", "-n", b.peer, "neigh", "flush", "dev", "vy")
+	nettest.Run(t, "ip", "-n", b.peer, "neigh", "flush", "dev", "vy")
 	b.udpSend(t, "10.78.0.5:9", "to-resolve")
 	recvFrom(t, d, "the peer's ARP request for the guest (a broadcast copy)", func(f []byte) bool {
 		return len(f) >= 42 && [6]byte(f[0:6]) == bcast && binary.BigEndian.Uint16(f[12:]) == 0x0806 && [4]byte(f[38:42]) == guestIP
@@ -369,7 +309,7 @@ func TestVethRoundTrip(t *testing.T) {
 	}
 	// Close detaches and restores the interface
 	d.Close()
-	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); strings.Contains(out, "PROMISC") || strings.Contains(out, "prog/xdp") {
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); strings.Contains(out, "PROMISC") || strings.Contains(out, "prog/xdp") {
 		t.Errorf("vx after Close:\n%s", out)
 	}
 }
@@ -418,7 +358,7 @@ func TestMultiQueue(t *testing.T) {
 	}
 	// a second device on the same interface: refused, naming it
 	var err error
-	in(t, b.node, func() { _, err = Open(Config{Interface: "vx"}, 1) })
+	nettest.In(t, b.node, func() { _, err = Open(Config{Interface: "vx"}, 1) })
 	if err == nil || !strings.Contains(err.Error(), "interface vx: ") {
 		t.Errorf("second device on vx: %v", err)
 	}
@@ -444,16 +384,16 @@ func TestMultiQueue(t *testing.T) {
 func TestMissingOrDownInterface(t *testing.T) {
 	b := newBed(t, 1)
 	var err error
-	in(t, b.node, func() { _, err = Open(Config{Interface: "nosuch0"}, 1) })
+	nettest.In(t, b.node, func() { _, err = Open(Config{Interface: "nosuch0"}, 1) })
 	if err == nil || !strings.Contains(err.Error(), `interface: no interface "nosuch0"`) {
 		t.Errorf("missing interface: %v", err)
 	}
-	sh(t, "ip", "-n", b.node, "link", "set", "vx", "down")
-	in(t, b.node, func() { _, err = Open(Config{Interface: "vx"}, 1) })
+	nettest.Run(t, "ip", "-n", b.node, "link", "set", "vx", "down")
+	nettest.In(t, b.node, func() { _, err = Open(Config{Interface: "vx"}, 1) })
 	if err == nil || !strings.Contains(err.Error(), `interface: "vx" is down`) {
 		t.Errorf("down interface: %v", err)
 	}
-	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); strings.Contains(out, "prog/xdp") || strings.Contains(out, "PROMISC") {
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); strings.Contains(out, "prog/xdp") || strings.Contains(out, "PROMISC") {
 		t.Errorf("left behind:\n%s", out)
 	}
 	if err := (&Config{}).Validate(); err == nil || !strings.HasPrefix(err.Error(), "interface: ") {
@@ -469,7 +409,7 @@ func TestGenericMode(t *testing.T) {
 	if m := d.Mode(); m.XDP != "generic" || !strings.Contains(m.NativeError, "generic mode") {
 		t.Errorf("mode %+v", m)
 	}
-	if out := sh(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); !strings.Contains(out, " xdpgeneric ") {
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vx"); !strings.Contains(out, " xdpgeneric ") {
 		t.Errorf("vx as the kernel sees it:\n%s", out)
 	}
 	if err := d.AddMAC(guestMAC); err != nil {

@@ -3,6 +3,8 @@ package afxdp
 import (
 	"testing"
 	"time"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 )
 
 // TestBatchesAllocateNothing: sending and receiving a batch allocates
@@ -54,7 +56,7 @@ func BenchmarkVethXSKToXSK(b *testing.B) {
 	bd := newBed(b, 1)
 	tx := bd.open(b, Config{Dedicated: true}, 1)
 	var rx *Device
-	in(b, bd.peer, func() {
+	nettest.In(b, bd.peer, func() {
 		var err error
 		if rx, err = Open(Config{Interface: "vy", Dedicated: true}, 1); err != nil {
 			b.Fatal(err)
