@@ -295,30 +295,8 @@ func TestFaultInDestinationMemoryStopsOnlyItsRing(t *testing.T) {
 	})
 	c := dial(t, addPort(t, d, "c", netdev.RoleServer, 1), frontend.Config{})
 
-	// b's only RX buffer lies in a second memory region, backed by a memfd
-	// that is then truncated: the dataplane's next write there faults.
-	fd, err := unix.MemfdCreate("vhostmq-shrinking", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	const size, gpa = 1 << 16, 1 << 40
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	reg := vhostuser.MemRegion{GuestPhysAddr: gpa, Size: size, UserAddr: b.UserAddr(0) + 1<<40}
-	if err := b.Ctrl(vhostuser.ReqAddMemReg, vhostuser.EncodeSingleRegion(nil, reg), []int{fd}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.WriteDesc(0, 0, gpa, 2048, virtio.DescFWrite, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PublishAvail(0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, 0); err != nil {
-		t.Fatal(err)
-	}
+	// b's only RX buffer faults when written (a second region, truncated).
+	faultingRXBuffer(t, b)
 
 	// c announces itself (b's copy of the broadcast faults); then a floods
 	// a frame (b faults, if it has not yet) and sends one to c.

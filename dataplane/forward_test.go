@@ -258,30 +258,8 @@ func TestFaultMidBurstSettlesTheRest(t *testing.T) {
 			}
 		}
 	}
-	// b's only RX buffer lies in a memory region whose file is then
-	// truncated: writing there faults.
-	fd, err := unix.MemfdCreate("vhostmq-shrinking", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	const size, gpa = 1 << 16, 1 << 40
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	reg := vhostuser.MemRegion{GuestPhysAddr: gpa, Size: size, UserAddr: b.UserAddr(0) + 1<<40}
-	if err := b.Ctrl(vhostuser.ReqAddMemReg, vhostuser.EncodeSingleRegion(nil, reg), []int{fd}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.WriteDesc(0, 0, gpa, 2048, virtio.DescFWrite, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.PublishAvail(0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, 0); err != nil {
-		t.Fatal(err)
-	}
+	// b's only RX buffer faults when written.
+	faultingRXBuffer(t, b)
 	w := d.workers[0]
 	w.stopping.Store(true)
 	w.wake()
@@ -371,5 +349,34 @@ func TestStoppedRxPairIsNotOffered(t *testing.T) {
 	if err != nil || !bytes.Equal(got, back) {
 		t.Fatalf("the flow's next frame did not move to b's pair 1 (%v); rxDisabled drops on pair 0: %d",
 			err, portStats(t, d, "b").Queues[0].Drops.RxDisabled)
+	}
+}
+
+// faultingRXBuffer gives f's RX ring of pair 0 one buffer in a second
+// memory region whose memfd is then truncated: the dataplane's next write
+// there faults (SIGBUS), as with a guest that shrinks its memory.
+func faultingRXBuffer(t testing.TB, f *frontend.Frontend) {
+	t.Helper()
+	fd, err := unix.MemfdCreate("vhostmq-shrinking", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	const size, gpa = 1 << 16, 1 << 40
+	if err := unix.Ftruncate(fd, size); err != nil {
+		t.Fatal(err)
+	}
+	reg := vhostuser.MemRegion{GuestPhysAddr: gpa, Size: size, UserAddr: f.UserAddr(0) + 1<<40}
+	if err := f.Ctrl(vhostuser.ReqAddMemReg, vhostuser.EncodeSingleRegion(nil, reg), []int{fd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteDesc(0, 0, gpa, 2048, virtio.DescFWrite, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PublishAvail(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		t.Fatal(err)
 	}
 }
