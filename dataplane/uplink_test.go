@@ -54,22 +54,12 @@ func uplinkDataplane(t *testing.T, ns string) *Dataplane {
 }
 
 func echoRequest(dst, src [6]byte, srcIP, dstIP [4]byte, id uint16) []byte {
-	f := make([]byte, 14+20+8+32)
-	copy(f, dst[:])
-	copy(f[6:], src[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:]
-	ip[0], ip[8], ip[9] = 0x45, 64, 1
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-	copy(ip[12:], srcIP[:])
-	copy(ip[16:], dstIP[:])
-	binary.BigEndian.PutUint16(ip[10:], nettest.Checksum(ip[:20]))
-	ic := ip[20:]
+	ic := make([]byte, 8+32)
 	ic[0] = 8
 	binary.BigEndian.PutUint16(ic[4:], id)
 	binary.BigEndian.PutUint16(ic[6:], 1)
 	binary.BigEndian.PutUint16(ic[2:], nettest.Checksum(ic))
-	return f
+	return nettest.IPv4(dst, src, srcIP, dstIP, 1, ic)
 }
 
 // recvMatching waits for a frame that match accepts, ignoring others

@@ -89,21 +89,12 @@ func (b *bed) rawSocket(t testing.TB) int {
 }
 
 func udpFrame(dst, src [6]byte, payload string) []byte {
-	f := make([]byte, 14+20+8+len(payload))
-	copy(f, dst[:])
-	copy(f[6:], src[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-	copy(ip[12:], guestIP[:])
-	copy(ip[16:], peerIP[:])
-	binary.BigEndian.PutUint16(ip[10:], nettest.Checksum(ip[:20]))
-	binary.BigEndian.PutUint16(ip[20:], 9)
-	binary.BigEndian.PutUint16(ip[22:], 9)
-	binary.BigEndian.PutUint16(ip[24:], uint16(8+len(payload)))
-	copy(ip[28:], payload)
-	return f
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], 9)
+	binary.BigEndian.PutUint16(udp[2:], 9)
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	copy(udp[8:], payload)
+	return nettest.IPv4(dst, src, guestIP, peerIP, 17, udp)
 }
 
 // send puts one frame on q's TX ring at offset 64 and flushes.

@@ -86,3 +86,20 @@ func Checksum(b []byte) uint16 {
 	}
 	return ^uint16(s)
 }
+
+// IPv4 is an Ethernet frame from src to dst carrying an IPv4 packet
+// (TTL 64, header checksum set) of protocol proto with l4 as its payload.
+func IPv4(dst, src [6]byte, srcIP, dstIP [4]byte, proto byte, l4 []byte) []byte {
+	f := make([]byte, 14+20+len(l4))
+	copy(f, dst[:])
+	copy(f[6:], src[:])
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	ip := f[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, proto
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+	copy(ip[12:], srcIP[:])
+	copy(ip[16:], dstIP[:])
+	binary.BigEndian.PutUint16(ip[10:], Checksum(ip[:20]))
+	copy(ip[20:], l4)
+	return f
+}
