@@ -37,6 +37,9 @@ const (
 	NetFCtrlRx        = 18
 	NetFGuestAnnounce = 21
 	NetFMQ            = 22
+	NetFGuestUSO4     = 54 // virtio 1.3: UDP segmentation offload (QEMU ≥ 8.2)
+	NetFGuestUSO6     = 55
+	NetFHostUSO       = 56
 )
 
 // Split-ring descriptor flags.
@@ -95,8 +98,8 @@ const (
 	NetHdrSize       = 12
 )
 
-// NetHdrFNeedsCsum and friends are NetHdr.Flags bits; GSONone is the only
-// GSO type this dataplane produces until offloads are negotiated.
+// NetHdrFNeedsCsum and friends are NetHdr.Flags bits; GSONone says the
+// frame is not a GSO frame (the other types are in dataplane/offload).
 const (
 	NetHdrFNeedsCsum = 1
 	NetHdrFDataValid = 2
