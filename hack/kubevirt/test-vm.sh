@@ -97,7 +97,7 @@ RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
 work=$(mktemp -d /tmp/vhostmq-kv-test.XXXXXX)
 OUT=$VMQC_LOGS/kubevirt-test-vm   # guest consoles, logs, diagnostics (kept)
 passed=0 failed=0
-declare -A T=() POD=() PORT=()
+declare -A T=() POD=() PORT=() VMI_UID=()
 
 k() { vmqc_kubectl "$@"; }
 h() { # helm against the test cluster, its caches in our run folder
@@ -167,6 +167,7 @@ cleanup() {
     local rc=$?
     set +e
     if ((failed > 0 || rc != 0)); then diagnostics; fi
+    ((${#FOLLOWERS[@]} == 0)) || kill "${FOLLOWERS[@]}" 2>/dev/null
     if ((KEEP)); then
         vmq_log "--keep: leaving the VMs and the release $RELEASE (helm -n $DS_NS uninstall $RELEASE takes it down)"
     else
@@ -279,13 +280,50 @@ EOF
 }
 launcher() { k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
 vmi_phase() { k -n "$NS" get vmi "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+vmi_uid() { k -n "$NS" get vmi "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
 console() { k -n "$NS" logs "${POD[$1]}" -c guest-console-log >"$OUT/console-$1.log" 2>/dev/null; }
-# wait_console VM REGEX SECONDS: poll the guest's serial console
+# follow_logs VM POD: keep the launcher's compute (virt-launcher, libvirt,
+# QEMU) and sidecar logs in $OUT while the pod lives: when KubeVirt replaces
+# a failed VMI, its pod and logs are deleted within seconds
+FOLLOWERS=()
+follow_logs() {
+    local c
+    for c in compute hook-sidecar-0; do
+        (
+            vmqc_poll 120 1 k -n "$NS" logs "$2" -c "$c" --tail 1 >/dev/null 2>&1 || exit 0
+            # (no --request-timeout: it would end the stream)
+            exec nsenter --net="/run/netns/$VMQC_NETNS" -- env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
+                "$VMQC_BIN/kubectl" --kubeconfig "$VMQC_KUBECONFIG" -n "$NS" logs -f "$2" -c "$c" >"$OUT/$1-$2-$c.log" 2>&1
+        ) &
+        FOLLOWERS+=($!)
+    done
+}
+# vmi_replaced VM: the VMI that reached Running is gone or no longer
+# Running (KubeVirt's runStrategy Always replaces a crashed one): say why
+vmi_replaced() {
+    local vm=$1 uid phase
+    uid=$(vmi_uid "$vm")
+    phase=$(vmi_phase "$vm")
+    [[ $uid == "${VMI_UID[$vm]}" && $phase == Running ]] && return 1
+    {
+        echo "=== $vm: VMI ${VMI_UID[$vm]} -> uid ${uid:-none} phase ${phase:-none} at $(date +%T.%N)"
+        k -n "$NS" get vmi "$vm" -o yaml
+        k -n "$NS" get events --sort-by .lastTimestamp
+    } >>"$OUT/$vm-replaced.txt" 2>&1
+    return 0
+}
+# wait_console VM REGEX SECONDS: poll the guest's serial console; fails
+# at once when the VMI that reached Running was replaced
 wait_console() {
     local vm=$1 re=$2 end=$(($(date +%s) + $3))
     while (($(date +%s) < end)); do
         console "$vm" || true
         grep -a -q -E -- "$re" "$OUT/console-$vm.log" 2>/dev/null && return 0
+        if [[ -n ${VMI_UID[$vm]:-} ]] && vmi_replaced "$vm"; then
+            echo "    $vm: the VMI stopped running (KubeVirt replaced it): $OUT/$vm-replaced.txt, launcher logs $OUT/$vm-${POD[$vm]}-*.log"
+            grep -h -i -E '"level":"(error|warning)"|error|fail' "$OUT/$vm-${POD[$vm]}-compute.log" 2>/dev/null | tail -n 8 | cut -c1-400 | sed 's/^/    | /'
+            return 1
+        fi
         sleep 1
     done
     return 1
@@ -314,6 +352,7 @@ boot_vm() {
     POD[$vm]=$(launcher "$vm")
     T[${vm}_pod]=$(vmqc_secs "$t0")
     p=${POD[$vm]}
+    follow_logs "$vm" "$p"
     check "$vm: pod $p compute asks $RES = $q (webhook)" \
         test "$(k -n "$NS" get pod "$p" -o json | jq -r --arg r "$RES" '.spec.containers[] | select(.name == "compute") | "\(.resources.limits[$r])/\(.resources.requests[$r])"')" = "$q/$q"
     check "$vm: pod annotated vhostmq.io/queues=$q" \
@@ -321,6 +360,7 @@ boot_vm() {
     running() { [[ $(vmi_phase "$1") == Running ]]; }
     if vmqc_poll "$VM_TIMEOUT" 1 running "$vm"; then
         T[${vm}_running]=$(vmqc_secs "$t0")
+        VMI_UID[$vm]=$(vmi_uid "$vm")
         pass "$vm: VMI Running (${T[${vm}_running]} s after create)"
     else
         fail "$vm: VMI Running (phase $(vmi_phase "$vm"))"
