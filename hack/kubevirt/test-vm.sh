@@ -309,6 +309,8 @@ vmi_replaced() {
         echo "=== $vm: VMI ${VMI_UID[$vm]} -> uid ${uid:-none} phase ${phase:-none} at $(date +%T.%N)"
         k -n "$NS" get vmi "$vm" -o yaml
         k -n "$NS" get events --sort-by .lastTimestamp
+        echo "=== dataplane log"
+        k -n "$DS_NS" logs "ds/$RELEASE" -c dataplane --tail 80
     } >>"$OUT/$vm-replaced.txt" 2>&1
     return 0
 }
