@@ -409,7 +409,7 @@ in_pod_list() {
     local out
     out=$(k -n "$DS_NS" exec "ds/$RELEASE" -c dataplane -- vhostmqctl port list 2>&1) || return 1
     while IFS= read -r l; do echo "    $l"; done <<<"$out"
-    grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm1]:-[{}]}")" <<<"$out" && grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm2]:-[{}]}")" <<<"$out"
+    grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm1]:-[]}")" <<<"$out" && grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm2]:-[]}")" <<<"$out"
 }
 check "kubectl exec ds/$RELEASE -c dataplane -- vhostmqctl port list shows both ports" in_pod_list
 
