@@ -69,6 +69,7 @@ type rxHold struct {
 type scratch struct {
 	peek    [virtio.NetHdrSize + vswitch.HeaderPeek]byte
 	hdr     [virtio.NetHdrSize]byte
+	off     offloadScratch // offload.go
 	used    [maxMergeBufs]usedElem
 	touched [maxTouched]*netdev.Vring
 	nt      int
@@ -78,12 +79,12 @@ type scratch struct {
 	txHead  uint16        // the TX chain in hand (taken, not yet returned)
 }
 
-// init prepares the header every delivered frame starts with
-// (num_buffers 1, rewritten in place when a frame spans several buffers).
-func (s *scratch) init() {
-	hdr := virtio.NetHdr{NumBuffers: 1}
-	hdr.Encode(s.hdr[:])
-}
+// init prepares the header every delivered frame starts with.
+func (s *scratch) init() { s.hdr = plainHdr }
+
+// plainHdr is the virtio-net header of a frame without offload metadata:
+// num_buffers 1 (rewritten in place when a frame spans several buffers).
+var plainHdr = [virtio.NetHdrSize]byte{10: 1}
 
 // serveTX forwards one burst from a TX vring and reports whether there was
 // work.
@@ -112,7 +113,7 @@ func (w *worker) serveTX(a *assignment) bool {
 	hdrLen := v.HdrLen()
 	maxFrame := src.dev.MTU() + ethHeader + vlanTag
 	now := time.Now().UnixNano()
-	var pkts, bytes, runts, oversize, nodest, disabled uint64
+	var pkts, bytes, runts, oversize, nodest, disabled, badOffload uint64
 	s := &w.s
 	s.start = now
 	multiPair := len(src.rxReady) > 1
@@ -161,14 +162,48 @@ func (w *worker) serveTX(a *assignment) bool {
 		if multiPair || to == nil || len(to.rxReady) > 1 {
 			hash = vswitch.FlowHash(frame)
 		}
+		// Offload metadata (a partial checksum, a GSO frame): passed
+		// whole to a guest that takes it, else the frame is read into
+		// scratch and completed or segmented there (offload.go).
+		meta := s.peek[0]|s.peek[1] != 0
+		limit := maxFrame
+		linear := false
 		var frameLen int
-		switch {
-		case to != nil && to.up != nil:
-			frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
-		case to != nil && to != src:
-			frameLen = w.forward(to, &r, frame, maxFrame, hash)
-		default:
-			frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
+		if meta {
+			var mode offloadMode
+			limit, mode = w.offloadTX(hdrLen, frame, maxFrame, to, to != nil && to != src && to.up == nil && !local)
+			switch mode {
+			case offloadPass:
+				frameLen = w.forwardHdr(to, &r, frame, limit, hash, &s.off.hdr, s.off.in.MinLen)
+			case offloadLinear:
+				frameLen = w.linearize(&r, frame, limit)
+			default: // refused: the walk still checks the whole chain
+				frameLen = len(frame) + r.Skip(limit+1-len(frame))
+			}
+			if mode == offloadBad || mode == offloadMTU || (mode == offloadPass && frameLen < s.off.in.MinLen) {
+				if err := r.Err(); err != nil {
+					q.Unpop(1)
+					w.breakVring(v, err)
+					break
+				}
+				q.Push(head, 0)
+				if mode == offloadMTU {
+					oversize++
+				} else {
+					badOffload++
+				}
+				continue
+			}
+			linear = mode == offloadLinear
+		} else {
+			switch {
+			case to != nil && to.up != nil:
+				frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
+			case to != nil && to != src:
+				frameLen = w.forward(to, &r, frame, maxFrame, hash)
+			default:
+				frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
+			}
 		}
 		if err := r.Err(); err != nil {
 			q.Unpop(1)
@@ -176,9 +211,19 @@ func (w *worker) serveTX(a *assignment) bool {
 			break
 		}
 		q.Push(head, 0)
-		if frameLen > maxFrame {
+		if frameLen > limit {
 			oversize++
 			continue
+		}
+		if linear {
+			if !w.offloadCheck(frameLen) {
+				badOffload++
+				continue
+			}
+			if w.offloadOversize(maxFrame) {
+				oversize++
+				continue
+			}
 		}
 		var smac vswitch.MAC
 		copy(smac[:], frame[6:12])
@@ -202,11 +247,34 @@ func (w *worker) serveTX(a *assignment) bool {
 		switch {
 		case local:
 			w.releaseRX(false) // answerDHCP locks an RX vring itself
-			w.answerDHCP(src, q, head, hdrLen, frameLen)
+			if linear {
+				w.answerDHCPMeta(src, s.off.lin[:frameLen])
+			} else {
+				w.answerDHCP(src, q, head, hdrLen, frameLen)
+			}
 		case to == src:
 			nodest++ // addressed to its own port: a hairpin we do not do
+		case linear && to != nil && to.up != nil:
+			w.uplinkMeta(src.net, s.off.lin[:frameLen])
+		case linear && to != nil:
+			w.deliverMeta(to, s.off.lin[:frameLen], hash)
 		case to != nil:
 			// delivered (or counted at the destination) above
+		case linear:
+			flooded := false
+			for _, p := range *src.net.ports.Load() {
+				if p != src {
+					w.deliverMeta(p, s.off.lin[:frameLen], hash)
+					flooded = true
+				}
+			}
+			if src.net.up != nil {
+				w.uplinkMeta(src.net, s.off.lin[:frameLen])
+				flooded = true
+			}
+			if !flooded {
+				nodest++
+			}
 		default:
 			flooded := false
 			for _, p := range *src.net.ports.Load() {
@@ -231,7 +299,8 @@ func (w *worker) serveTX(a *assignment) bool {
 	c := &v.Counters
 	c.Packets.Add(pkts)
 	c.Bytes.Add(bytes)
-	if runts|oversize|nodest|disabled != 0 {
+	if runts|oversize|nodest|disabled|badOffload != 0 {
+		c.DropOffload.Add(badOffload)
 		c.DropRunt.Add(runts)
 		c.DropMTU.Add(oversize)
 		c.DropNoDest.Add(nodest)
@@ -353,6 +422,13 @@ func (w *worker) releaseRX(callNow bool) {
 // read), and returns the frame length (more than maxFrame: too long, not
 // delivered). The caller checks r.Err().
 func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
+	return w.forwardHdr(dst, r, prefix, maxFrame, hash, &w.s.hdr, 0)
+}
+
+// forwardHdr is forward with the virtio-net header to write (num_buffers
+// 1) and the shortest frame that header allows: a shorter one is not
+// delivered.
+func (w *worker) forwardHdr(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32, hdr *[virtio.NetHdrSize]byte, minLen int) int {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
@@ -375,10 +451,15 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
+	s.hdr = *hdr
 	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
+	s.hdr = plainHdr
 	if res == fillDone {
-		if n <= maxFrame && r.Err() == nil {
+		if n <= maxFrame && n >= minLen && r.Err() == nil {
 			w.commit(h, nbufs, n)
+			if hdr[1] != virtio.GSONone {
+				rv.Counters.GSOWhole.Add(1)
+			}
 		} else {
 			w.unfill(h, nbufs)
 		}
@@ -439,7 +520,7 @@ const (
 )
 
 // fill takes buffers from the held RX vring and writes the virtio-net
-// header, then prefix, then what r still holds, up to limit frame bytes.
+// header (s.hdr: plainHdr but while an offload frame is delivered), then prefix, then what r still holds, up to limit frame bytes.
 // It returns the frame bytes consumed (prefix included) and, when done,
 // how many chains hold them (in s.used).
 func (w *worker) fill(h *rxHold, prefix []byte, r *virtq.Reader, limit int) (n, nbufs int, res fillResult) {

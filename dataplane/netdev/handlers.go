@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/guestmem"
+	"github.com/vhostmq/vhostmq/dataplane/offload"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 )
@@ -189,6 +190,7 @@ func (p *Port) setFeatures(m *vhostuser.Message) error {
 		return nil // QEMU repeats it once per queue pair (one vhost_dev each)
 	}
 	p.ctl.features, p.ctl.featuresSet = v, true
+	p.rxCaps.Store(uint32(offload.CapsFromFeatures(v)))
 	// Without protocol features a ring starts enabled (spec "Ring states").
 	enableAll := v&(1<<vhostuser.FeatureProtocolFeatures) == 0
 	p.lockAll()

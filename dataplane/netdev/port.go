@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/guestmem"
+	"github.com/vhostmq/vhostmq/dataplane/offload"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
@@ -97,7 +98,18 @@ type Hooks struct {
 // not change).
 const OfferedFeatures uint64 = 1<<virtio.FVersion1 | 1<<virtio.FIndirectDesc | 1<<virtio.FEventIdx |
 	1<<virtio.NetFMrgRxbuf | 1<<virtio.NetFMQ | 1<<virtio.NetFMTU | 1<<virtio.NetFGuestAnnounce |
-	1<<vhostuser.FeatureProtocolFeatures
+	1<<vhostuser.FeatureProtocolFeatures | OffloadFeatures
+
+// OffloadFeatures are the checksum and segmentation offloads offered, both
+// ways: a guest may send partial checksums and GSO frames up to 64 KiB
+// (HOST_*), and receives them whole when it accepts them (GUEST_*); the
+// dataplane completes and segments in software for guests that do not
+// (package offload). UFO is not offered (Linux dropped it); USO is (QEMU
+// 8.2 and later pass it on; 7.2 masks it).
+const OffloadFeatures uint64 = 1<<virtio.NetFCsum | 1<<virtio.NetFGuestCsum |
+	1<<virtio.NetFHostTSO4 | 1<<virtio.NetFHostTSO6 | 1<<virtio.NetFHostECN | 1<<virtio.NetFHostUSO |
+	1<<virtio.NetFGuestTSO4 | 1<<virtio.NetFGuestTSO6 | 1<<virtio.NetFGuestECN |
+	1<<virtio.NetFGuestUSO4 | 1<<virtio.NetFGuestUSO6
 
 // OfferedProtocolFeatures are the vhost-user protocol features offered.
 const OfferedProtocolFeatures uint64 = 1<<vhostuser.ProtoMQ | 1<<vhostuser.ProtoReplyAck |
@@ -123,6 +135,9 @@ type Port struct {
 		conn        *vhostuser.Conn
 	}
 	mtu atomic.Int32 // the MTU in force: the port's, or a smaller one QEMU set
+	// rxCaps is the offload metadata the guest accepts on its RX side
+	// (offload.Caps of the negotiated GUEST_* features), read per frame
+	rxCaps atomic.Uint32
 
 	connected atomic.Bool
 	connects  atomic.Uint64
@@ -182,6 +197,11 @@ func (p *Port) Features() uint64 {
 	defer p.ctl.Unlock()
 	return p.ctl.features
 }
+
+// RxOffload returns what the guest accepts on its RX side: partial
+// checksums, GSO frames (offload.Caps, from the negotiated GUEST_*
+// features; 0 before negotiation).
+func (p *Port) RxOffload() offload.Caps { return offload.Caps(p.rxCaps.Load()) }
 
 // Close stops serving, disconnects the frontend, releases guest memory and
 // removes the socket file the port created.
@@ -330,6 +350,7 @@ func (p *Port) reset() {
 	p.unlockAll()
 	old.Unmap()
 	p.ctl.features, p.ctl.featuresSet, p.ctl.protocol, p.ctl.status = 0, false, 0, 0
+	p.rxCaps.Store(0)
 	p.mtu.Store(int32(p.cfg.MTU))
 	p.ctl.conn = nil
 }
