@@ -61,10 +61,10 @@ type Counters struct {
 	DropNoDest  atomic.Uint64 // TX: frames with nowhere to go
 	// Offloads: RX counts what was delivered to this guest, TX what its
 	// guest sent.
-	GSOWhole      atomic.Uint64 // RX: GSO frames delivered whole (metadata passed through)
-	GSOSegmented  atomic.Uint64 // RX: GSO frames cut into segments in software for this guest
-	CsumSoftware  atomic.Uint64 // RX: partial checksums completed in software for this guest
-	DropOffload   atomic.Uint64 // TX: frames whose offload metadata did not fit the frame
+	GSOWhole     atomic.Uint64 // RX: GSO frames delivered whole (metadata passed through)
+	GSOSegmented atomic.Uint64 // RX: GSO frames cut into segments in software for this guest
+	CsumSoftware atomic.Uint64 // RX: partial checksums completed in software for this guest
+	DropOffload  atomic.Uint64 // TX: frames whose offload metadata did not fit the frame
 }
 
 var vringIDs atomic.Uint32
