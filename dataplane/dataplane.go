@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
+	"github.com/vhostmq/vhostmq/dataplane/balance"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
@@ -38,8 +40,15 @@ type Config struct {
 	Uplink *tap.Config
 	// AFXDP, when set instead, is the af_xdp uplink: AF_XDP sockets on a
 	// NIC (dataplane/afxdp).
-	AFXDP  *afxdp.Config
-	Logger *slog.Logger
+	AFXDP *afxdp.Config
+	// Topology gives each worker CPU's NUMA node; nil reads /sys. A port's
+	// pairs, and the rebalancer's moves, stay on one node unless
+	// Rebalance.CrossNUMA.
+	Topology balance.Topology
+	// Rebalance moves queue pairs between workers when one is overloaded
+	// (rebalance.go).
+	Rebalance RebalanceConfig
+	Logger    *slog.Logger
 }
 
 // ErrPortExists and ErrNoPort are returned by AddPort and RemovePort.
@@ -53,6 +62,14 @@ type Dataplane struct {
 	log     *slog.Logger
 	workers []*worker
 	macAge  time.Duration
+
+	topo    balance.Topology
+	rebal   RebalanceConfig
+	balance *rebalancer // rebalance.go
+
+	// placeMu orders the changes to which worker serves a pair: AddPort's,
+	// RemovePort's and the rebalancer's moves.
+	placeMu sync.Mutex
 
 	mu     sync.Mutex
 	byName map[string]*port
@@ -81,8 +98,12 @@ type port struct {
 	dhcp    *dhcpResponder // nil: DHCP from this port's guest is switched like any frame
 	// up marks a network's stand-in for its uplink in the MAC table
 	// (addresses learned from the tap); such a port has no device.
-	up      *uplink
-	workers []*worker // by pair
+	up *uplink
+	// workers[i] serves pair i; a move changes it under the TX vring's
+	// lock (the kick hooks read it there) and placeMu.
+	workers []atomic.Pointer[worker]
+	assigns []*assignment // by pair; each on the list of workers[i]
+	removed bool          // under placeMu: RemovePort took its pairs off the workers
 	flows   vswitch.FlowTable
 	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
 }
@@ -96,7 +117,19 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MACAge <= 0 {
 		cfg.MACAge = 300 * time.Second
 	}
+	if err := cfg.Rebalance.Validate(); err != nil {
+		return nil, err
+	}
+	topo := cfg.Topology
+	if topo == nil {
+		var err error
+		if topo, err = balance.ReadTopology("/sys"); err != nil {
+			log.Warn("cannot read the NUMA topology; every CPU counts as node 0", "err", err)
+			topo = balance.Topology{}
+		}
+	}
 	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{},
+		topo: topo, rebal: cfg.Rebalance.withDefaults(),
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
 	cpus := cfg.CPUs
 	if len(cpus) == 0 {
@@ -120,7 +153,8 @@ func New(cfg Config) (*Dataplane, error) {
 		go w.routine() // after the uplink: a worker's uplink queue is fixed before it runs
 	}
 	go d.routineAging()
-	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus)
+	d.balance = d.startRebalancer()
+	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus, "rebalance", d.rebal.String())
 	return d, nil
 }
 
@@ -152,7 +186,8 @@ func (p Polling) String() string {
 // PortOptions place a port's queue pairs.
 type PortOptions struct {
 	// CPUs[i] is the CPU whose worker serves pair i; it must be one of the
-	// dataplane's CPUs. Empty spreads the pairs round-robin over the workers.
+	// dataplane's CPUs. Empty spreads the pairs over distinct workers of
+	// one NUMA node (all nodes with Rebalance.CrossNUMA): pickWorkers.
 	CPUs    []int
 	Polling Polling
 	// Network is the L2 segment the port joins ("" = the default one);
@@ -180,8 +215,10 @@ func (d *Dataplane) CPUs() []int {
 
 // AddPort creates a port and assigns its queue pairs to workers: to the
 // CPUs given, or spread so that a port's pairs land on distinct workers
-// where there are enough.
+// of one NUMA node where there are enough.
 func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
+	d.placeMu.Lock()
+	defer d.placeMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.byName[cfg.Name]; ok {
@@ -196,7 +233,8 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	if opt.VLAN < 0 || opt.VLAN > vswitch.MaxVLAN {
 		return fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
 	}
-	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling}
+	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling,
+		workers: make([]atomic.Pointer[worker], cfg.QueuePairs)}
 	if opt.DHCP != nil {
 		r, err := newDHCPResponder(*opt.DHCP)
 		if err != nil {
@@ -204,24 +242,30 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 		}
 		p.dhcp = r
 	}
-	for i := range cfg.QueuePairs {
-		w := d.workers[(d.next+i)%len(d.workers)]
-		if len(opt.CPUs) > 0 {
-			if w = d.workerOn(opt.CPUs[i]); w == nil {
-				return fmt.Errorf("port %q: pair %d: CPU %d runs no worker (workers run on %v)", cfg.Name, i, opt.CPUs[i], d.CPUs())
+	ws := d.pickWorkers(cfg.QueuePairs)
+	if len(opt.CPUs) > 0 {
+		for i, cpu := range opt.CPUs {
+			if ws[i] = d.workerOn(cpu); ws[i] == nil {
+				return fmt.Errorf("port %q: pair %d: CPU %d runs no worker (workers run on %v)", cfg.Name, i, cpu, d.CPUs())
 			}
 		}
-		p.workers = append(p.workers, w)
+		if nodes := d.nodesOf(ws); len(nodes) > 1 && !d.rebal.CrossNUMA {
+			// The kubelet's allocation: served as given, but said.
+			d.log.Warn("port's CPUs span NUMA nodes", "port", cfg.Name, "cpus", opt.CPUs, "nodes", nodes)
+		}
+	}
+	for i, w := range ws {
+		p.workers[i].Store(w)
 	}
 	hooks := netdev.Hooks{
-		WatchKick:   func(v *netdev.Vring, fd int) { p.workers[v.Pair()].watch(v, fd) },
-		UnwatchKick: func(v *netdev.Vring, fd int) { p.workers[v.Pair()].unwatch(v, fd) },
+		WatchKick:   func(v *netdev.Vring, fd int) { p.workers[v.Pair()].Load().watch(v, fd) },
+		UnwatchKick: func(v *netdev.Vring, fd int) { p.workers[v.Pair()].Load().unwatch(v, fd) },
 		Changed: func(v *netdev.Vring) {
 			if !v.IsTX() {
 				p.rxReady[v.Pair()].Store(v.Queue() != nil)
 				return
 			}
-			p.workers[v.Pair()].wake()
+			p.workers[v.Pair()].Load().wake()
 		},
 		RARP: func(_ *netdev.Port, mac net.HardwareAddr) {
 			var m vswitch.MAC
@@ -244,8 +288,10 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
 	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)
-	for i, w := range p.workers {
-		w.add(&assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling})
+	for i := range p.workers {
+		a := &assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling}
+		p.assigns = append(p.assigns, a)
+		p.workers[i].Load().add(a)
 	}
 	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU(),
 		"network", opt.Network, "vlan", opt.VLAN, "dhcp", opt.DHCP != nil)
@@ -265,9 +311,12 @@ func (d *Dataplane) RemovePort(name string) error {
 	d.mu.Unlock()
 	d.forgetGuestMACs(p)
 	p.net.macs.Forget(p)
+	d.placeMu.Lock()
+	p.removed = true
 	for _, w := range d.workers {
 		w.remove(p)
 	}
+	d.placeMu.Unlock()
 	// Workers still holding p see its rings stop under their locks; guest
 	// memory is unmapped only after that.
 	p.dev.Close()
@@ -299,6 +348,7 @@ func (d *Dataplane) Close() {
 	}
 	close(d.stopAging)
 	<-d.agingDone
+	d.balance.stop()
 	d.stopWorkers()
 	if d.up != nil {
 		d.up.close()
@@ -335,6 +385,37 @@ func (d *Dataplane) routineAging() {
 			}
 		}
 	}
+}
+
+// pickWorkers spreads n pairs over distinct workers of one NUMA node (the
+// node of the next worker in turn; every node with Rebalance.CrossNUMA),
+// starting at a different worker for each port; pairs beyond the node's
+// workers share them.
+func (d *Dataplane) pickWorkers(n int) []*worker {
+	start := d.workers[d.next%len(d.workers)]
+	var pool []*worker
+	for i := range d.workers {
+		w := d.workers[(d.next+i)%len(d.workers)]
+		if d.rebal.CrossNUMA || d.topo.Node(w.cpu) == d.topo.Node(start.cpu) {
+			pool = append(pool, w)
+		}
+	}
+	out := make([]*worker, n)
+	for i := range out {
+		out[i] = pool[i%len(pool)]
+	}
+	return out
+}
+
+// nodesOf lists the NUMA nodes of the workers, in first-seen order.
+func (d *Dataplane) nodesOf(ws []*worker) []int {
+	var nodes []int
+	for _, w := range ws {
+		if n := d.topo.Node(w.cpu); !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes
 }
 
 // pickRX chooses the RX queue pair for a flow: the one the guest sent the

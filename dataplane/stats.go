@@ -39,7 +39,9 @@ type QueueStats struct {
 	TxBytes   uint64     `json:"txBytes"`
 	Kicks     uint64     `json:"kicks"`
 	Calls     uint64     `json:"calls"`
+	NUMA      int        `json:"numa"`   // the worker CPU's NUMA node
 	BusyNs    uint64     `json:"busyNs"` // worker time spent moving this pair's guest TX
+	Bursts    uint64     `json:"bursts"` // bursts that moved frames: BusyNs/Bursts is the cost per burst
 	Drops     QueueDrops `json:"drops"`
 }
 
@@ -89,7 +91,8 @@ func (p *port) stats() PortStats {
 	vr := p.dev.Vrings()
 	for i := range cfg.QueuePairs {
 		rx, tx := vr[2*i], vr[2*i+1]
-		qs := QueueStats{Pair: i, CPU: p.workers[i].cpu, Worker: p.workers[i].id, BusyNs: p.busyNs(i)}
+		w, a := p.workers[i].Load(), p.assigns[i]
+		qs := QueueStats{Pair: i, CPU: w.cpu, Worker: w.id, NUMA: p.numa(w), BusyNs: a.busyNs.Load(), Bursts: a.bursts.Load()}
 		qs.RxEnabled, qs.TxEnabled = ready(rx), ready(tx)
 		if qs.RxEnabled && qs.TxEnabled {
 			ps.EnabledPairs++
@@ -152,28 +155,25 @@ func (d *Dataplane) WriteStatsFile(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// busyNs returns the worker time spent on pair's TX ring.
-func (p *port) busyNs(pair int) uint64 {
-	for _, a := range p.workers[pair].list.Load().list {
-		if a.port == p && a.pair == pair {
-			return a.busyNs.Load()
-		}
-	}
-	return 0
-}
+func (p *port) numa(w *worker) int { return w.dp.topo.Node(w.cpu) }
 
 // WorkerStats is one worker's load.
 type WorkerStats struct {
-	CPU    int
-	BusyNs uint64 // time spent moving frames
-	Sleeps uint64 // times it slept waiting for kicks
+	ID           int
+	CPU          int
+	NUMA         int
+	BusyNs       uint64 // time spent moving frames (its queues' and its uplink queue's)
+	UplinkBusyNs uint64 // the uplink queue's part of BusyNs: it cannot move
+	Sleeps       uint64 // times it slept waiting for kicks
+	Queues       int    // queue pairs it serves
 }
 
 // WorkerStats returns every worker's load counters.
 func (d *Dataplane) WorkerStats() []WorkerStats {
 	out := make([]WorkerStats, len(d.workers))
 	for i, w := range d.workers {
-		out[i] = WorkerStats{CPU: w.cpu, BusyNs: w.busyNs.Load(), Sleeps: w.sleeps.Load()}
+		out[i] = WorkerStats{ID: w.id, CPU: w.cpu, NUMA: d.topo.Node(w.cpu), BusyNs: w.busyNs.Load(), UplinkBusyNs: w.upBusyNs.Load(),
+			Sleeps: w.sleeps.Load(), Queues: len(w.list.Load().list)}
 	}
 	return out
 }

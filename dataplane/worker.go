@@ -13,13 +13,17 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
-// assignment is one queue pair a worker serves.
+// assignment is one queue pair a worker serves. It moves with the pair
+// when the rebalancer hands the pair to another worker, counters included.
 type assignment struct {
 	port    *port
 	pair    int
 	tx      *netdev.Vring
 	polling Polling
-	busyNs  atomic.Uint64 // time spent in bursts that moved frames
+	// Written by the one worker serving the pair (a handoff waits until
+	// the old worker has let go), read by anyone: stores, not atomic adds.
+	busyNs atomic.Uint64 // time spent in bursts that moved frames
+	bursts atomic.Uint64 // bursts that moved frames
 }
 
 // assignments is a worker's list, with the most demanding polling mode
@@ -73,9 +77,11 @@ type worker struct {
 	seenPasses uint64
 	seenAt     time.Time
 
-	passes   atomic.Uint64 // loop iterations: the health check watches it move
+	passes   atomic.Uint64 // loop iterations: the health check watches it move (and a handoff)
 	sleeps   atomic.Uint64
-	busyNs   atomic.Uint64
+	busyNs   atomic.Uint64 // queues and uplink; written by the worker only
+	upBusyNs atomic.Uint64 // the uplink queue's share of busyNs
+	upStart  int64         // wall clock at the start of the last uplink burst (uplink.go)
 	panics   atomic.Uint64
 	events   [64]unix.EpollEvent
 	s        scratch
@@ -114,6 +120,47 @@ func (w *worker) add(a *assignment) {
 	w.list.Store(newAssignments(append(append([]*assignment(nil), w.list.Load().list...), a)))
 	w.mu.Unlock()
 	w.wake()
+}
+
+// take removes one assignment from the list; it reports whether it was
+// there.
+func (w *worker) take(a *assignment) bool {
+	w.mu.Lock()
+	old := w.list.Load().list
+	l := make([]*assignment, 0, len(old))
+	for _, x := range old {
+		if x != a {
+			l = append(l, x)
+		}
+	}
+	found := len(l) != len(old)
+	if found {
+		w.list.Store(newAssignments(l))
+	}
+	w.mu.Unlock()
+	w.wake()
+	return found
+}
+
+// quiesce waits until the worker can no longer be using a list older than
+// the current one: it has started a loop iteration since (every list load
+// of an iteration follows its passes increment), or it has stopped. Its
+// wake-up was already sent by the change. False after timeout.
+func (w *worker) quiesce(timeout time.Duration) bool {
+	p0 := w.passes.Load()
+	deadline := time.Now().Add(timeout)
+	for w.passes.Load() == p0 {
+		select {
+		case <-w.done:
+			return true
+		default:
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return true
 }
 
 func (w *worker) remove(p *port) {
@@ -236,12 +283,21 @@ func (w *worker) pass() (worked bool) {
 		worked = true
 		if t0 := w.s.start; t0 != 0 {
 			d := uint64(max(nanotime()-t0, 0))
-			a.busyNs.Add(d)
-			w.busyNs.Add(d)
+			a.busyNs.Store(a.busyNs.Load() + d)
+			a.bursts.Store(a.bursts.Load() + 1)
+			w.busyNs.Store(w.busyNs.Load() + d)
 		}
 	}
-	if w.up != nil && w.serveUplinkSafely() {
-		worked = true
+	if w.up != nil {
+		w.upStart = 0
+		if w.serveUplinkSafely() {
+			worked = true
+			if t0 := w.upStart; t0 != 0 {
+				d := uint64(max(nanotime()-t0, 0))
+				w.upBusyNs.Store(w.upBusyNs.Load() + d)
+				w.busyNs.Store(w.busyNs.Load() + d)
+			}
+		}
 	}
 	return worked
 }
