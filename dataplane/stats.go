@@ -28,21 +28,30 @@ type PortStats struct {
 
 // QueueStats is a snapshot of one queue pair.
 type QueueStats struct {
-	Pair      int        `json:"pair"`
-	CPU       int        `json:"cpu"`
-	Worker    int        `json:"worker"`
-	RxEnabled bool       `json:"rxEnabled"`
-	TxEnabled bool       `json:"txEnabled"`
-	RxPackets uint64     `json:"rxPackets"`
-	RxBytes   uint64     `json:"rxBytes"`
-	TxPackets uint64     `json:"txPackets"`
-	TxBytes   uint64     `json:"txBytes"`
-	Kicks     uint64     `json:"kicks"`
-	Calls     uint64     `json:"calls"`
-	NUMA      int        `json:"numa"`   // the worker CPU's NUMA node
-	BusyNs    uint64     `json:"busyNs"` // worker time spent moving this pair's guest TX
-	Bursts    uint64     `json:"bursts"` // bursts that moved frames: BusyNs/Bursts is the cost per burst
-	Drops     QueueDrops `json:"drops"`
+	Pair      int          `json:"pair"`
+	CPU       int          `json:"cpu"`
+	Worker    int          `json:"worker"`
+	RxEnabled bool         `json:"rxEnabled"`
+	TxEnabled bool         `json:"txEnabled"`
+	RxPackets uint64       `json:"rxPackets"`
+	RxBytes   uint64       `json:"rxBytes"`
+	TxPackets uint64       `json:"txPackets"`
+	TxBytes   uint64       `json:"txBytes"`
+	Kicks     uint64       `json:"kicks"`
+	Calls     uint64       `json:"calls"`
+	NUMA      int          `json:"numa"`   // the worker CPU's NUMA node
+	BusyNs    uint64       `json:"busyNs"` // worker time spent moving this pair's guest TX
+	Bursts    uint64       `json:"bursts"` // bursts that moved frames: BusyNs/Bursts is the cost per burst
+	Drops     QueueDrops   `json:"drops"`
+	Offload   OffloadStats `json:"offload"`
+}
+
+// OffloadStats count what checksum and segmentation offloads did for the
+// frames this pair's guest received.
+type OffloadStats struct {
+	GSOWhole     uint64 `json:"gsoWhole"`     // GSO frames delivered whole (the guest takes them)
+	GSOSegmented uint64 `json:"gsoSegmented"` // GSO frames segmented in software for the guest
+	CsumSoftware uint64 `json:"csumSoftware"` // partial checksums completed in software for the guest
 }
 
 // QueueDrops counts frames dropped, by reason.
@@ -54,6 +63,7 @@ type QueueDrops struct {
 	MTU           uint64 `json:"mtu"`           // longer than the port's MTU allows
 	Runt          uint64 `json:"runt"`          // shorter than an Ethernet header
 	NoDestination uint64 `json:"noDestination"` // no port to deliver to
+	BadOffload    uint64 `json:"badOffload"`    // offload metadata that does not fit the frame
 }
 
 // Stats returns a snapshot of every port, sorted by name.
@@ -110,7 +120,9 @@ func (p *port) stats() PortStats {
 			MTU:           tc.DropMTU.Load(),
 			Runt:          tc.DropRunt.Load(),
 			NoDestination: tc.DropNoDest.Load(),
+			BadOffload:    tc.DropOffload.Load(),
 		}
+		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}
 	return ps
