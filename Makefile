@@ -42,6 +42,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-kubevirt-libvirt.sh
 	hack/image.sh
 	hack/bench/run.sh --smoke
+	hack/bench/flows.sh --smoke
 
 .PHONY: test-cluster
 test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
@@ -53,9 +54,10 @@ test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/ku
 	hack/kubevirt/test.sh
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
+	hack/bench/flows.sh $(if $(findstring --smoke,$(BENCH_ARGS)),--smoke) $(FLOWS_ARGS)
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 	$(GO) run ./hack/bench/wakeup
 
