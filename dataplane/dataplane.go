@@ -263,6 +263,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 		Changed: func(v *netdev.Vring) {
 			if !v.IsTX() {
 				p.rxReady[v.Pair()].Store(v.Queue() != nil)
+				d.wakeHolding(v) // uplink.go
 				return
 			}
 			p.workers[v.Pair()].Load().wake()

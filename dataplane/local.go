@@ -1,10 +1,11 @@
 package dataplane
 
 // Frames the dataplane itself puts into a guest's RX ring: DHCP answers
-// now, frames from an uplink later. They come from a buffer rather than
+// and frames from the uplink. They come from a buffer rather than
 // another guest's chain.
 
 import (
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
@@ -29,7 +30,9 @@ func (w *worker) answerDHCP(p *port, q *virtq.Queue, head uint16, hdrLen, frameL
 		return // the guest changed its buffer under us: its frame, its loss
 	}
 	if n := r.srv.Handle(r.in[:frameLen], r.out[:]); n > 0 {
-		w.deliverBuf(p, r.out[:n], vswitch.FlowHash(r.out[:n]))
+		if full := w.deliverBuf(p, r.out[:n], vswitch.FlowHash(r.out[:n])); full != nil {
+			full.Counters.DropNoBuf.Add(1)
+		}
 	}
 }
 
@@ -37,17 +40,19 @@ func (w *worker) answerDHCP(p *port, q *virtq.Queue, head uint16, hdrLen, frameL
 // dst through the burst's RX hold (so a worker still holds at most one RX
 // vring), spanning several chains with MRG_RXBUF. The virtio-net header
 // says nothing but num_buffers: the frame is complete and checksummed.
-func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) {
+// It returns the RX vring that had no room for the frame, uncounted (the
+// caller drops it or keeps it for later: uplink.go), else nil.
+func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) (full *netdev.Vring) {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return
+		return nil
 	}
 	rv := dst.dev.Vrings()[2*pair]
 	h := w.holdRX(rv)
 	if h == nil {
 		rv.Counters.DropDisable.Add(1)
-		return
+		return nil
 	}
 	s := &w.s
 	prev := s.culprit
@@ -58,7 +63,8 @@ func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) {
 	case fillDone:
 		w.commit(h, nbufs, n)
 	case fillNoRoom:
-		rv.Counters.DropNoBuf.Add(1)
+		full = rv
 	}
 	s.culprit = prev
+	return full
 }

@@ -9,6 +9,13 @@ package dataplane
 // like a guest's. Each worker reads its own queue (in its epoll set,
 // level-triggered) and writes the frames its guests send to the uplink
 // into the same queue, flushed once per burst.
+//
+// Backpressure: a unicast frame from the uplink that finds its guest's RX
+// ring full is held, and the worker reads no more from its queue until
+// the guest gives buffers back (the device's queue is the buffer, as with
+// QEMU's own tap backend) or heldLimit passes. A sleeping worker wakes on
+// the guest's RX kick: before it sleeps it re-enables that ring's kicks,
+// re-checks it and adds a copy of its kick eventfd to its epoll set.
 
 import (
 	"errors"
@@ -19,13 +26,25 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
-// uplinkToken marks an uplink queue in a worker's epoll set.
-const uplinkToken = -2
+// uplinkToken marks an uplink queue in a worker's epoll set, heldKickToken
+// the kick eventfd of the RX ring a held frame waits for.
+const (
+	uplinkToken   = -2
+	heldKickToken = -3
+)
+
+// heldLimit is how long a frame from the uplink waits for its guest to
+// give RX buffers back before it is dropped. The other guests served by
+// the same uplink queue wait as long, so a guest that stopped taking
+// frames must not hold them up for longer; frames to it are then dropped
+// at once (as with no backpressure) until it takes one again.
+var heldLimit = 50 * time.Millisecond
 
 // maxUplinkFrame bounds a frame on the tap: the largest port MTU, a VLAN
 // tag and the Ethernet header.
@@ -109,14 +128,35 @@ type UplinkStats struct {
 
 // workerUplink is a worker's uplink queue and its frame list.
 type workerUplink struct {
-	u       *uplink
-	q       uplinkQueue
-	frames  [burstSize][]byte
-	pending bool // frames sent since the last Flush
+	u      *uplink
+	q      uplinkQueue
+	frames [burstSize][]byte
+	// frames[next:n] are received and not yet switched; the one at next
+	// is held while held.to is set
+	next, n  int
+	held     heldFrame
+	heldOn   atomic.Pointer[netdev.Vring] // held.rv, for the Changed hook
+	stalled  *port                        // a guest whose held frame waited heldLimit
+	limit    int64                        // heldLimit in ns
+	epfd     int                          // the worker's
+	queueOff bool                         // the queue is out of the epoll set (armHeld)
+	notifyOn *netdev.Vring                // the RX ring armHeld asked to kick
+	pending  bool                         // frames sent since the last Flush
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
 	known map[vswitch.MAC]struct{}
 	gen   uint64
+}
+
+// heldFrame is a frame from the uplink waiting for room in its guest's RX
+// ring.
+type heldFrame struct {
+	to    *port         // the destination; nil: nothing held
+	rv    *netdev.Vring // its RX ring that was full
+	frame []byte        // VLAN tag removed
+	hash  uint32
+	since int64 // when it first found the ring full
+	kick  int   // a copy of rv's kick eventfd while in the worker's epoll set, else -1
 }
 
 // tapQueue is a tap queue: one frame per read and write, behind a vnet
@@ -195,7 +235,8 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config) error {
 		}
 	}
 	for i, w := range d.workers {
-		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}}
+		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}, limit: int64(heldLimit), epfd: w.epfd}
+		w.up.held.kick = -1
 		w.wake()
 	}
 	d.up = u
@@ -356,7 +397,10 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 				v.Unlock()
 				w.untouch(v)
 			}
-			w.up.q.Release()
+			wu := w.up
+			wu.dropHeld()
+			wu.q.Release()
+			wu.next, wu.n = 0, 0
 			w.s.nt = 0
 			worked = true
 		}
@@ -365,37 +409,65 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 }
 
 // serveUplink moves up to a burst of frames from the worker's uplink
-// queue to the guests and reports whether there were any.
+// queue to the guests and reports whether it moved any. It stops at a
+// frame whose guest's RX ring is full and keeps it (held) for the next
+// pass.
 func (w *worker) serveUplink() bool {
 	wu := w.up
 	u := wu.u
-	now := time.Now().UnixNano()
-	got := 0
-	for got < burstSize {
+	worked := false
+	var now int64 // read once, and only when there are frames
+	if wu.held.to != nil {
+		if !w.retryHeld() {
+			w.releaseRX(false)
+			return false
+		}
+		worked = true
+		now = time.Now().UnixNano()
+		w.upStart = now
+	}
+	for got := 0; ; {
+		for ; wu.next < wu.n; wu.next++ {
+			if now == 0 {
+				now = time.Now().UnixNano()
+				w.upStart = now // busy time (worker.go)
+			}
+			if !w.fromUplink(u, wu.frames[wu.next], now) {
+				w.s.culprit = nil
+				w.releaseRX(true) // the guest gets what filled its ring
+				w.callTouched()
+				return true
+			}
+			worked = true
+		}
+		if wu.n > 0 {
+			wu.q.Release() // delivered frames are copies
+			wu.next, wu.n = 0, 0
+		}
+		if got >= burstSize {
+			break
+		}
 		n := wu.q.Receive(wu.frames[:burstSize-got])
 		if n == 0 {
 			break
 		}
+		wu.n = n
 		got += n
-		for _, frame := range wu.frames[:n] {
-			w.fromUplink(u, frame, now)
-		}
-		wu.q.Release() // delivered frames are copies
 	}
-	if got == 0 {
-		return false
+	if worked {
+		w.s.culprit = nil
+		w.releaseRX(true)
+		w.callTouched()
 	}
-	w.s.culprit = nil
-	w.releaseRX(true)
-	w.callTouched()
-	return true
+	return worked
 }
 
-// fromUplink learns and switches one frame from the uplink.
-func (w *worker) fromUplink(u *uplink, frame []byte, now int64) {
+// fromUplink learns and switches one frame from the uplink. It reports
+// false when the frame is held: its guest's RX ring is full.
+func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 	if len(frame) < ethHeader {
 		u.RxRunt.Add(1)
-		return
+		return true
 	}
 	u.RxPackets.Add(1)
 	u.RxBytes.Add(uint64(len(frame)))
@@ -403,7 +475,7 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) {
 	nw := (*u.byVLAN.Load())[vid]
 	if nw == nil {
 		u.RxNoNetwork.Add(1)
-		return
+		return true
 	}
 	var dmac, smac vswitch.MAC
 	copy(dmac[:], frame[0:6])
@@ -414,18 +486,179 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) {
 		if p, ok := nw.macs.Lookup(dmac); ok {
 			if p.up != nil {
 				u.RxNoDestination.Add(1) // back where it came from
-			} else {
-				w.deliverBuf(p, frame, hash)
+				return true
 			}
-			return
+			return w.toGuest(p, frame, hash, now)
 		}
 	}
+	// floods are never held: one full ring must not stop the rest
 	ports := *nw.ports.Load()
 	if len(ports) == 0 {
 		u.RxNoDestination.Add(1)
 	}
 	for _, p := range ports {
-		w.deliverBuf(p, frame, hash)
+		if full := w.deliverBuf(p, frame, hash); full != nil {
+			full.Counters.DropNoBuf.Add(1)
+		}
+	}
+	return true
+}
+
+// toGuest delivers a unicast frame from the uplink to p, or holds it when
+// p's RX ring is full (false).
+func (w *worker) toGuest(p *port, frame []byte, hash uint32, now int64) bool {
+	wu := w.up
+	full := w.deliverBuf(p, frame, hash)
+	switch {
+	case full == nil:
+		if wu.stalled == p {
+			wu.stalled = nil
+		}
+		return true
+	case wu.stalled == p:
+		full.Counters.DropNoBuf.Add(1)
+		return true
+	}
+	wu.held = heldFrame{to: p, rv: full, frame: frame, hash: hash, since: now, kick: -1}
+	wu.heldOn.Store(full)
+	return false
+}
+
+// retryHeld delivers the held frame if its guest gave buffers back, or
+// drops it once it waited heldLimit. It reports whether the frame is gone
+// (delivered or dropped). The RX hold may be left taken.
+func (w *worker) retryHeld() bool {
+	wu := w.up
+	h := &wu.held
+	if full := w.deliverBuf(h.to, h.frame, h.hash); full != nil {
+		if nanotime()-h.since < wu.limit {
+			h.rv = full
+			wu.heldOn.Store(full)
+			return false
+		}
+		full.Counters.DropNoBuf.Add(1)
+		wu.stalled = h.to
+	}
+	wu.dropHeld()
+	wu.next++
+	return true
+}
+
+// dropHeld forgets the held frame.
+func (wu *workerUplink) dropHeld() {
+	wu.held = heldFrame{kick: -1}
+	wu.heldOn.Store(nil)
+}
+
+// armHeld prepares the worker's sleep while it holds a frame: the full
+// RX ring asks its guest to kick when it adds buffers, is checked once
+// more, and a copy of its kick eventfd joins the worker's epoll set (a
+// kick after the check leaves the eventfd readable; a copy, so that the
+// port closing or replacing its fd cannot leave a stale entry behind);
+// the uplink queue, still readable, leaves the set until the sleep ends.
+// It reports whether the worker must not sleep: buffers arrived, or the
+// ring stopped (the next pass drops the frame).
+func (w *worker) armHeld() (more bool) {
+	wu := w.up
+	if wu == nil || wu.held.to == nil {
+		return false
+	}
+	rv := wu.held.rv
+	rv.Lock()
+	defer rv.Unlock()
+	q := rv.Queue()
+	if q == nil {
+		return true
+	}
+	fd := rv.KickFD()
+	if fd >= 0 {
+		// old kicks (netdev made the fd non-blocking); the check below
+		// sees their buffers
+		if n, _ := unix.Read(fd, w.drainBuf[:]); n == 8 {
+			rv.Counters.Kicks.Add(1)
+		}
+	}
+	if q.SetNotify(true) {
+		q.SetNotify(false)
+		return true
+	}
+	wu.notifyOn = rv
+	wu.pollQueue(false)
+	if fd < 0 {
+		return false // no kick to wait for: sleepTimeout polls
+	}
+	kick, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(kick), Pad: heldKickToken}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, kick, &ev); err != nil {
+		unix.Close(kick)
+		return false
+	}
+	wu.held.kick = kick
+	return false
+}
+
+// pollQueue stops or resumes waiting for the uplink queue.
+func (wu *workerUplink) pollQueue(on bool) {
+	fd := wu.q.FD()
+	if fd < 0 || wu.queueOff == !on {
+		return
+	}
+	wu.queueOff = !on
+	ev := unix.EpollEvent{Fd: int32(fd), Pad: uplinkToken}
+	if on {
+		ev.Events = unix.EPOLLIN
+	}
+	unix.EpollCtl(wu.epfd, unix.EPOLL_CTL_MOD, fd, &ev)
+}
+
+// unarmHeld undoes armHeld after a sleep.
+func (w *worker) unarmHeld() {
+	wu := w.up
+	if wu == nil {
+		return
+	}
+	if wu.held.kick >= 0 {
+		unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, wu.held.kick, nil)
+		unix.Close(wu.held.kick)
+		wu.held.kick = -1
+	}
+	if rv := wu.notifyOn; rv != nil {
+		// RX kicks are off while no one waits for them (netdev)
+		wu.notifyOn = nil
+		rv.Lock()
+		if q := rv.Queue(); q != nil {
+			q.SetNotify(false)
+		}
+		rv.Unlock()
+	}
+	wu.pollQueue(true)
+}
+
+// sleepTimeout is how long (ms) the worker may sleep: until the held
+// frame's time is up, at most 1 ms when there is no kick to wait for;
+// -1 (no limit) without a held frame.
+func (w *worker) sleepTimeout() int {
+	wu := w.up
+	if wu == nil || wu.held.to == nil {
+		return -1
+	}
+	left := wu.limit - (nanotime() - wu.held.since)
+	if wu.held.kick < 0 {
+		left = min(left, int64(time.Millisecond))
+	}
+	return int(max((left+int64(time.Millisecond)-1)/int64(time.Millisecond), 1))
+}
+
+// wakeHolding wakes the workers holding a frame for rv: it stopped or
+// started, and its kick eventfd may be another one now.
+func (d *Dataplane) wakeHolding(rv *netdev.Vring) {
+	for _, w := range d.workers {
+		if w.up != nil && w.up.heldOn.Load() == rv {
+			w.wake()
+		}
 	}
 }
 

@@ -247,8 +247,9 @@ func (w *worker) routine() {
 		}
 		w.sleeps.Add(1)
 		w.sleeping.Store(true)
-		w.sleep()
+		w.sleep(w.sleepTimeout())
 		w.sleeping.Store(false)
+		w.unarmHeld()
 		w.disarm()
 	}
 }
@@ -326,8 +327,9 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 	return w.serveTX(a)
 }
 
-// arm re-enables guest kicks on every TX ring and reports whether work
-// arrived meanwhile.
+// arm re-enables guest kicks on every TX ring (and on the RX ring a held
+// uplink frame waits for: uplink.go) and reports whether work arrived
+// meanwhile.
 func (w *worker) arm() (more bool) {
 	for _, a := range w.list.Load().list {
 		a.tx.Lock()
@@ -337,6 +339,9 @@ func (w *worker) arm() (more bool) {
 			more = true
 		}
 		a.tx.Unlock()
+	}
+	if !more {
+		more = w.armHeld()
 	}
 	return more
 }
@@ -352,17 +357,22 @@ func (w *worker) disarm() {
 	}
 }
 
-// sleep waits for a kick or a wake-up and drains the eventfds that fired.
-func (w *worker) sleep() {
-	n, err := unix.EpollWait(w.epfd, w.events[:], -1)
+// sleep waits for a kick or a wake-up (at most timeout ms, -1: no limit)
+// and drains the eventfds that fired.
+func (w *worker) sleep(timeout int) {
+	n, err := unix.EpollWait(w.epfd, w.events[:], timeout)
 	if err != nil {
 		return // EINTR
 	}
 	list := w.list.Load().list
 	for i := range n {
 		ev := &w.events[i]
-		if ev.Pad == wakeToken {
+		switch ev.Pad {
+		case wakeToken:
 			unix.Read(w.wakefd, w.drainBuf[:])
+			continue
+		case heldKickToken: // closed by unarmHeld after the sleep
+			unix.Read(int(ev.Fd), w.drainBuf[:])
 			continue
 		}
 		for _, a := range list {

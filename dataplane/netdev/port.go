@@ -407,8 +407,9 @@ func (p *Port) rebuild(v *Vring) {
 		v.broken = err
 		p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
 	} else if v.q != nil && !v.IsTX() {
-		// Frames that find no RX buffer are dropped, never parked, so the
-		// guest need not tell us when it adds buffers: spare it the kicks.
+		// Only a worker holding a frame from the uplink for a full RX
+		// ring waits for buffers, and it asks for the kick then
+		// (dataplane/uplink.go): spare the guest the kicks.
 		v.q.SetNotify(false)
 	}
 	p.changed(v)
