@@ -278,7 +278,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
 		return fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
-	if err := d.checkUplink(opt.Network, opt.VLAN, opt.Uplink); err != nil {
+	if err := d.checkUplink(opt.Network, opt.VLAN, opt.Uplink, cfg.MTU); err != nil {
 		return fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
 	dev, err := netdev.New(cfg, d.log, hooks)

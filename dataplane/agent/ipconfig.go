@@ -77,6 +77,9 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 		if err := a.dp.UplinkHealth(); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "spec.uplink: the %s uplink cannot carry traffic: %v", s.Uplink, err)
 		}
+		if err := a.dp.CheckUplinkMTU(int(s.Mtu)); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "spec.%v", err)
+		}
 	default:
 		return invalid("uplink", "%q is not %q, %q or %q", s.Uplink, UplinkNone, UplinkTap, UplinkAFXDP)
 	}

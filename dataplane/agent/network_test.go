@@ -297,6 +297,11 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 	if _, err := e.create(s); err != nil {
 		t.Fatal(err)
 	}
+	sj := e.spec("uj", 1)
+	sj.Network, sj.Uplink, sj.Mtu = "ns1/red", "af_xdp", 1600
+	if _, err := e.create(sj); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.mtu: 1600 is more than the af_xdp uplink carries: 1500 (the MTU of vx0)`) {
+		t.Errorf("port mtu above the uplink's: %v", err)
+	}
 	s2 := e.spec("u2", 1)
 	s2.Network, s2.Uplink = "ns1/green", "tap"
 	if _, err := e.create(s2); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.uplink: "tap", but this node has no tap uplink (agent config uplink.tap)`) {
