@@ -110,6 +110,7 @@ type RebalanceRun struct {
 type RebalanceStatus struct {
 	Config  RebalanceConfig
 	Runs    uint64
+	Moved   uint64        // pairs moved since start
 	LastRun *RebalanceRun // nil before the first
 	// LastMoves are the most recent moves, oldest first (at most
 	// keepMoves).
@@ -124,12 +125,13 @@ const keepMoves = 32
 const handoffTimeout = time.Second
 
 type rebalancer struct {
-	d    *Dataplane
-	mu   sync.Mutex // one run at a time; guards the fields below
-	prev loadSample
-	runs uint64
-	last *RebalanceRun
-	hist []QueueMove
+	d     *Dataplane
+	mu    sync.Mutex // one run at a time; guards the fields below
+	prev  loadSample
+	runs  uint64
+	moved uint64
+	last  *RebalanceRun
+	hist  []QueueMove
 
 	quit chan struct{}
 	done chan struct{}
@@ -222,7 +224,7 @@ func (d *Dataplane) RebalanceStatus() RebalanceStatus {
 	r := d.balance
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := RebalanceStatus{Config: d.rebal, Runs: r.runs, LastMoves: append([]QueueMove(nil), r.hist...)}
+	st := RebalanceStatus{Config: d.rebal, Runs: r.runs, Moved: r.moved, LastMoves: append([]QueueMove(nil), r.hist...)}
 	if r.last != nil {
 		l := *r.last
 		st.LastRun = &l
@@ -271,6 +273,7 @@ func (r *rebalancer) runLocked(manual bool) RebalanceRun {
 			mv.Failures = err.Error()
 			d.log.Warn("queue pair not moved", "port", m.Port, "pair", m.Pair, "fromCPU", mv.FromCPU, "toCPU", mv.ToCPU, "err", err)
 		} else {
+			r.moved++
 			d.log.Info("queue pair moved to another worker", "port", m.Port, "pair", m.Pair, "fromCPU", mv.FromCPU, "toCPU", mv.ToCPU,
 				"load", fmt.Sprintf("%.1f%%", 100*m.Load), "manual", manual)
 		}
@@ -363,3 +366,10 @@ func (d *Dataplane) move(a *assignment, from, to *worker) error {
 	to.add(a)
 	return nil
 }
+
+// NUMANode returns the NUMA node of cpu in the dataplane's topology.
+func (d *Dataplane) NUMANode(cpu int) int { return d.topo.Node(cpu) }
+
+// CrossNUMA reports whether a port's pairs may be placed on, and moved to,
+// workers of several NUMA nodes.
+func (d *Dataplane) CrossNUMA() bool { return d.rebal.CrossNUMA }

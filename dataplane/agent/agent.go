@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -108,7 +109,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}}
 	for _, cpu := range dp.CPUs() {
-		numa := numaNode(cpu)
+		numa := dp.NUMANode(cpu)
 		for s := range cfg.SlotsPerCPU {
 			a.slots = append(a.slots, &slot{id: slotID(cpu, s), cpu: cpu, numa: numa})
 		}
@@ -135,20 +136,6 @@ func slotID(cpu, s int) string {
 		return fmt.Sprintf("c0-s%d", s)
 	}
 	return fmt.Sprintf("c%d-s%d", cpu, s)
-}
-
-func numaNode(cpu int) int {
-	if cpu < 0 {
-		return 0
-	}
-	m, _ := filepath.Glob(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/node*", cpu))
-	for _, p := range m {
-		var n int
-		if _, err := fmt.Sscanf(filepath.Base(p), "node%d", &n); err == nil {
-			return n
-		}
-	}
-	return 0
 }
 
 func (a *Agent) slotByID(id string) *slot {
@@ -258,6 +245,12 @@ func (a *Agent) place(spec *agentv1.PortSpec) ([]*slot, error) {
 			}
 			chosen = append(chosen, s)
 		}
+		if nodes := slotNodes(chosen); len(nodes) > 1 && !a.dp.CrossNUMA() {
+			// The kubelet's allocation (its topology manager may allow
+			// this): served as given, but said.
+			a.log.Warn("port's slots span NUMA nodes", "port", spec.Id, "slots", spec.Slots, "nodes", nodes)
+		}
+		chosen = distinctCPUsFirst(chosen)
 	} else {
 		chosen = a.freeSlots(int(spec.QueuePairs))
 		if len(chosen) == 0 {
@@ -271,12 +264,67 @@ func (a *Agent) place(spec *agentv1.PortSpec) ([]*slot, error) {
 	return out, nil
 }
 
-// freeSlots returns up to n free slots, one per CPU before a second on any.
+// distinctCPUsFirst orders slots so that each CPU's first slot comes
+// before any CPU's second (otherwise in the order given): pair i takes
+// slots[i % len], so a port's pairs land on distinct CPUs whenever its
+// slots allow.
+func distinctCPUsFirst(slots []*slot) []*slot {
+	seen := map[int]int{}
+	rank := make([]int, len(slots))
+	for i, s := range slots {
+		rank[i] = seen[s.cpu]
+		seen[s.cpu]++
+	}
+	idx := make([]int, len(slots))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return rank[idx[i]] < rank[idx[j]] })
+	out := make([]*slot, len(slots))
+	for i, k := range idx {
+		out[i] = slots[k]
+	}
+	return out
+}
+
+func slotNodes(slots []*slot) []int {
+	var nodes []int
+	for _, s := range slots {
+		if !slices.Contains(nodes, s.numa) {
+			nodes = append(nodes, s.numa)
+		}
+	}
+	return nodes
+}
+
+// freeSlots returns up to n free slots, one per CPU before a second on
+// any, all on one NUMA node unless the dataplane places across nodes: the
+// node with the most CPUs that have a free slot (then the most free
+// slots, then the lowest number).
 func (a *Agent) freeSlots(n int) []*slot {
+	node := -1
+	if !a.dp.CrossNUMA() {
+		cpus, free := map[int]map[int]bool{}, map[int]int{}
+		for _, s := range a.slots {
+			if s.owner == "" {
+				if cpus[s.numa] == nil {
+					cpus[s.numa] = map[int]bool{}
+				}
+				cpus[s.numa][s.cpu] = true
+				free[s.numa]++
+			}
+		}
+		for nd := range cpus {
+			if node < 0 || len(cpus[nd]) > len(cpus[node]) ||
+				len(cpus[nd]) == len(cpus[node]) && (free[nd] > free[node] || free[nd] == free[node] && nd < node) {
+				node = nd
+			}
+		}
+	}
 	byCPU := map[int][]*slot{}
 	var cpus []int
 	for _, s := range a.slots {
-		if s.owner != "" {
+		if s.owner != "" || (node >= 0 && s.numa != node) {
 			continue
 		}
 		if _, ok := byCPU[s.cpu]; !ok {

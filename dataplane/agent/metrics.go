@@ -31,6 +31,8 @@ var (
 	descKicks     = desc("queue_kicks_total", "Guest notifications (kick eventfd wake-ups) received.", queueLabels)
 	descCalls     = desc("queue_calls_total", "Guest interrupts (call eventfd writes) sent.", queueLabels)
 	descQBusy     = desc("queue_busy_seconds_total", "Worker time spent moving this pair's guest TX.", queueLabels)
+	descQBursts   = desc("queue_bursts_total", "Bursts that moved this pair's guest TX; busy seconds over bursts is the cost per burst.", queueLabels)
+	descMoves     = desc("rebalance_moves_total", "Queue pairs the rebalancer moved to another worker.", nil)
 	descEnabled   = desc("queue_enabled", "1 when both rings of the pair can carry traffic.", queueLabels)
 	descConnected = desc("port_connected", "1 while a vhost-user frontend is attached.", portLabels)
 	descConnects  = desc("port_connects_total", "vhost-user sessions since the port was created (reconnects + 1).", portLabels)
@@ -49,7 +51,7 @@ var (
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descEnabled,
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descMoves, descEnabled,
 		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP} {
 		ch <- d
 	}
@@ -99,12 +101,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descKicks, float64(q.Kicks), l...)
 			counter(descCalls, float64(q.Calls), l...)
 			counter(descQBusy, float64(q.BusyNs)/1e9, l...)
+			counter(descQBursts, float64(q.Bursts), l...)
 			gauge(descEnabled, b2f(q.RxEnabled && q.TxEnabled), l...)
 		}
 	}
 	for _, w := range a.dp.WorkerStats() {
 		counter(descWBusy, float64(w.BusyNs)/1e9, strconv.Itoa(w.CPU))
 	}
+	counter(descMoves, float64(a.dp.RebalanceStatus().Moved))
 	for _, w := range a.health.workers() {
 		gauge(descWHealthy, b2f(w.Healthy), strconv.Itoa(w.CPU))
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -132,8 +133,68 @@ func (a *Agent) Stats(ids []string) (*agentv1.GetStatsResponse, error) {
 			return nil, status.Errorf(codes.NotFound, "ids: no port %q", id)
 		}
 	}
+	for _, w := range a.dp.WorkerStats() {
+		resp.Workers = append(resp.Workers, &agentv1.WorkerStats{Id: int32(w.ID), Cpu: int32(w.CPU), NumaNode: int32(w.NUMA),
+			BusyNs: w.BusyNs, UplinkBusyNs: w.UplinkBusyNs, QueuePairs: uint32(w.Queues)})
+	}
 	return resp, nil
 }
+
+// GetRebalance implements the API.
+func (a *Agent) GetRebalance(context.Context, *agentv1.GetRebalanceRequest) (*agentv1.RebalanceStatus, error) {
+	st := a.dp.RebalanceStatus()
+	c := st.Config
+	out := &agentv1.RebalanceStatus{Runs: st.Runs, Config: &agentv1.RebalanceConfig{IntervalMs: uint32(c.Interval.Milliseconds()),
+		ThresholdPercent: uint32(c.Threshold), ImprovementPercent: uint32(c.Improvement), CrossNuma: c.CrossNUMA}}
+	if st.LastRun != nil {
+		out.LastRun = a.rebalanceRun(*st.LastRun)
+	}
+	for _, m := range st.LastMoves {
+		out.LastMoves = append(out.LastMoves, queueMove(m))
+	}
+	return out, nil
+}
+
+// maxRebalanceWindow bounds how long a Rebalance call measures.
+const maxRebalanceWindow = 60 * time.Second
+
+// Rebalance implements the API.
+func (a *Agent) Rebalance(ctx context.Context, req *agentv1.RebalanceRequest) (*agentv1.RebalanceRun, error) {
+	window := time.Duration(req.GetWindowMs()) * time.Millisecond
+	if window == 0 {
+		window = time.Second
+	}
+	if window > maxRebalanceWindow {
+		return nil, status.Errorf(codes.InvalidArgument, "window_ms: %d is more than %d", req.GetWindowMs(), maxRebalanceWindow.Milliseconds())
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < window {
+		return nil, status.Errorf(codes.InvalidArgument, "window_ms: %d is longer than the call's deadline allows", req.GetWindowMs())
+	}
+	return a.rebalanceRun(a.dp.Rebalance(window)), nil
+}
+
+func (a *Agent) rebalanceRun(r dataplane.RebalanceRun) *agentv1.RebalanceRun {
+	out := &agentv1.RebalanceRun{TimeUnixNano: r.Time.UnixNano(), Manual: r.Manual, IntervalMs: uint32(r.Interval.Milliseconds()), Reason: r.Reason}
+	ws := a.dp.WorkerStats()
+	for i := range r.Before {
+		wl := &agentv1.WorkerLoad{BeforePercent: round1(100 * r.Before[i]), AfterPercent: round1(100 * r.After[i])}
+		if i < len(ws) {
+			wl.Cpu, wl.NumaNode = int32(ws[i].CPU), int32(ws[i].NUMA)
+		}
+		out.Workers = append(out.Workers, wl)
+	}
+	for _, m := range r.Moves {
+		out.Moves = append(out.Moves, queueMove(m))
+	}
+	return out
+}
+
+func queueMove(m dataplane.QueueMove) *agentv1.QueueMove {
+	return &agentv1.QueueMove{TimeUnixNano: m.Time.UnixNano(), PortId: m.Port, Pair: uint32(m.Pair), FromCpu: int32(m.FromCPU),
+		ToCpu: int32(m.ToCPU), LoadPercent: round1(100 * m.Load), Manual: m.Manual, Error: m.Failures}
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
 
 func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
 	out := &agentv1.PortStats{Id: ps.Name, Connected: ps.Connected, Connects: ps.Connects, Labels: r.spec.Labels}
@@ -143,7 +204,7 @@ func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
 			Pair: uint32(q.Pair), Cpu: int32(q.CPU), RxEnabled: q.RxEnabled, TxEnabled: q.TxEnabled,
 			Rx:    &agentv1.Direction{Packets: q.RxPackets, Bytes: q.RxBytes},
 			Tx:    &agentv1.Direction{Packets: q.TxPackets, Bytes: q.TxBytes},
-			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs,
+			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs, Bursts: q.Bursts, Worker: int32(q.Worker), NumaNode: int32(q.NUMA),
 			Drops: &agentv1.Drops{RxNoBuffer: d.RxNoBuffer, RxDisabled: d.RxDisabled, TxDisabled: d.TxDisabled,
 				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination},
 		}

@@ -12,10 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
@@ -56,6 +58,34 @@ type Config struct {
 	// Uplink connects the vhostmq networks that ask for it (NAD "uplink")
 	// to the node's network; absent: networks stay on this node.
 	Uplink *Uplink `yaml:"uplink,omitempty"`
+	// Rebalance moves queue pairs from an overloaded worker to others
+	// (like Open vSwitch's pmd-auto-lb); absent: off, and vhostmqctl
+	// queues rebalance still works.
+	Rebalance *Rebalance `yaml:"rebalance,omitempty"`
+}
+
+// Rebalance configures the queue rebalancer.
+type Rebalance struct {
+	// IntervalSeconds between two looks at the loads; 0 = off (default).
+	IntervalSeconds int `yaml:"intervalSeconds,omitempty"`
+	// Threshold: a worker busier than this (percent of its CPU) is
+	// overloaded; default 95.
+	Threshold int `yaml:"threshold,omitempty"`
+	// Improvement: the variance of the worker loads must drop by this
+	// much (percent) for pairs to move; default 25.
+	Improvement int `yaml:"improvement,omitempty"`
+	// CrossNUMA lets pairs be placed and moved across NUMA nodes.
+	CrossNUMA bool `yaml:"crossNUMA,omitempty"`
+}
+
+// RebalanceConfig returns the rebalancer's configuration (zero: off).
+func (c *Config) RebalanceConfig() dataplane.RebalanceConfig {
+	r := c.Rebalance
+	if r == nil {
+		return dataplane.RebalanceConfig{}
+	}
+	return dataplane.RebalanceConfig{Interval: time.Duration(r.IntervalSeconds) * time.Second, Threshold: r.Threshold,
+		Improvement: r.Improvement, CrossNUMA: r.CrossNUMA}
 }
 
 // Uplink is the node's uplink: exactly one kind.
@@ -218,6 +248,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Uplink != nil && c.Uplink.Tap != nil && c.Uplink.AFXDP != nil {
 		errs = append(errs, errors.New("uplink: names two kinds (tap and af_xdp); a node has one uplink"))
+	}
+	if r := c.Rebalance; r != nil {
+		if r.IntervalSeconds < 0 || r.IntervalSeconds > 86400 {
+			errs = append(errs, fmt.Errorf("rebalance.intervalSeconds: %d is outside 0..86400 (0 = off)", r.IntervalSeconds))
+		}
+		if err := c.RebalanceConfig().Validate(); err != nil && r.IntervalSeconds >= 0 {
+			errs = append(errs, err)
+		}
 	}
 	if xc := c.AFXDPConfig(); xc != nil {
 		if err := xc.Validate(); err != nil {

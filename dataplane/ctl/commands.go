@@ -65,11 +65,27 @@ var commands = []*command{
 		name:    "queues",
 		args:    "[ID] [--interval D]",
 		summary: "per CPU slot: the port queue pairs it serves and their load",
-		details: "Like ovs-appctl dpif-netdev/pmd-rxq-show. BUSY is the share of the interval\n" +
-			"the slot's worker spent on the pair; RX is toward the guest, TX from it.\n" +
-			"--interval 0 shows the cumulative busy time and packet counters instead.",
+		details: "Like ovs-appctl dpif-netdev/pmd-rxq-show. WORKER is the CPU whose worker\n" +
+			"serves the pair (moved: the rebalancer took it off its slot's CPU). BUSY is\n" +
+			"the share of the interval that worker spent on the pair, NS/BURST what one\n" +
+			"burst of its frames cost; RX is toward the guest, TX from it. Then each\n" +
+			"worker's load (UPLINK: the part its uplink queue took, which cannot move),\n" +
+			"the rebalancer's settings and its last moves. --interval 0 shows the\n" +
+			"cumulative busy time and packet counters instead.",
 		maxArgs: 1,
 		setup:   queuesSetup,
+	},
+	{
+		name:    "queues rebalance",
+		args:    "[--window D]",
+		summary: "measure the queue loads now and move pairs between workers if that evens them out",
+		details: "Like ovs-appctl dpif-netdev/pmd-rxq-rebalance. The agent measures every pair's\n" +
+			"busy time over --window (default 1s), plans as the automatic rebalancer does\n" +
+			"but without waiting for a worker to be overloaded, and moves a pair only\n" +
+			"within its NUMA node (unless the agent's rebalance.crossNUMA) and only if the\n" +
+			"variance of the worker loads drops by the configured improvement.",
+		maxArgs: 0,
+		setup:   queuesRebalanceSetup,
 	},
 	{
 		name:    "stats",

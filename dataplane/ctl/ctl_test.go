@@ -191,7 +191,25 @@ func TestCommands(t *testing.T) {
 			if s.Slot != "c3-s0" || *s.BusyPercent != 60 || len(s.Queues) != 2 || *s.Queues[1].BusyPercent != 40 || *s.Queues[1].RxPacketsPerSecond != 1e6 {
 				t.Errorf("slot c3-s0: %+v", s)
 			}
+			// Pair 3 was moved to CPU 2's worker; 10 µs a burst over the interval.
+			if q := s.Queues[1]; q.WorkerCPU == nil || *q.WorkerCPU != 2 || q.NsPerBurst == nil || *q.NsPerBurst != 10000 || q.Bursts != 1_600_040_000 {
+				t.Errorf("pair 3: worker %v, ns/burst %v, bursts %d", q.WorkerCPU, q.NsPerBurst, q.Bursts)
+			}
+			if len(v.Workers) != 3 || *v.Workers[0].BusyPercent != 80.25 || *v.Workers[1].UplinkBusyPercent != 5 {
+				t.Errorf("workers %+v", v.Workers)
+			}
+			if r := v.Rebalance; r == nil || r.Runs != 12 || len(r.LastMoves) != 1 || r.LastMoves[0].ToCPU != 2 || r.LastRun == nil {
+				t.Errorf("rebalance %+v", r)
+			}
 		}},
+		{name: "queues-rebalance", args: []string{"queues", "rebalance", "--window", "2s"}},
+		{name: "queues-rebalance-json", args: []string{"queues", "rebalance", "-o", "json"}, json: func(t *testing.T, out string) {
+			v := checkJSON[rebalanceRun](t, out)
+			if !v.Manual || v.IntervalSeconds != 1 || len(v.Moves) != 1 || v.Moves[0].Pair != 2 || len(v.Workers) != 2 {
+				t.Errorf("got %+v", v)
+			}
+		}},
+		{name: "err-rebalance-window", args: []string{"queues", "rebalance", "--window", "2m"}, code: ExitUsage},
 
 		{name: "stats", args: []string{"stats"}},
 		{name: "stats-wide", args: []string{"stats", "-o", "wide"}},
@@ -464,5 +482,21 @@ func TestHumanRate(t *testing.T) {
 	}
 	if got := perSecond(1500); got != "1.5k" {
 		t.Errorf("perSecond(1500) = %q", got)
+	}
+}
+
+// queues rebalance hands --window to the agent (default 1s).
+func TestQueuesRebalanceWindow(t *testing.T) {
+	f := newFakeAgent()
+	sock := f.serve(t)
+	for _, args := range [][]string{{"queues", "rebalance", "--window", "2500ms"}, {"queues", "rebalance"}} {
+		if res := runCLI(t, nil, sock, nil, args...); res.code != ExitOK {
+			t.Fatalf("%q: exit %d: %s", args, res.code, res.stderr)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.rebalanceWindows) != 2 || f.rebalanceWindows[0] != 2500 || f.rebalanceWindows[1] != 1000 {
+		t.Errorf("windows %v, want [2500 1000] ms", f.rebalanceWindows)
 	}
 }

@@ -35,6 +35,8 @@ type fakeAgent struct {
 	endHealth bool
 	// block: GetCapacity waits for the request's end (timeouts).
 	block bool
+	// rebalanceWindows: the window of every Rebalance call
+	rebalanceWindows []uint32
 }
 
 var (
@@ -183,6 +185,10 @@ func (f *fakeAgent) ListPorts(context.Context, *agentv1.ListPortsRequest) (*agen
 func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64) *agentv1.QueueStats {
 	p := uint64(a.Pair) + 1
 	q := &agentv1.QueueStats{Pair: a.Pair, Slot: a.Slot, Cpu: a.Cpu, RxEnabled: enabled, TxEnabled: enabled, Drops: &agentv1.Drops{}}
+	q.Worker, q.NumaNode = map[int32]int32{2: 0, 3: 1, 8: 2}[a.Cpu], map[int32]int32{8: 1}[a.Cpu]
+	if port == "vm1-net0" && a.Pair == 3 { // the rebalancer moved it from CPU 3 to CPU 2
+		q.Cpu, q.Worker = 2, 0
+	}
 	switch {
 	case port == "vm1-net0":
 		// RX (toward the guest) p×250 kpps of 1500 bytes, TX p×100 kpps
@@ -191,6 +197,7 @@ func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64)
 		q.Tx = &agentv1.Direction{Packets: 400_000_000*p + k*100_000*p, Bytes: 400_000_000_000*p + k*100_000*p*1000}
 		q.Kicks, q.Calls = 5_000_000*p+k*2_000*p, 9_000_000*p+k*3_500*p
 		q.BusyNs = 3_600_000_000_000*p + k*100_000_000*p
+		q.Bursts = 400_000_000*p + k*10_000*p // 9 µs a burst so far, 10 µs over an interval
 		q.Drops.RxNoBuffer = 12_345*(p-1) + k*50*(p-1)
 		if a.Pair == 0 {
 			q.Drops.NoDestination = 777 + k*5
@@ -200,6 +207,7 @@ func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64)
 		q.Tx = &agentv1.Direction{Packets: 30_000_000 + k*10_000, Bytes: 1_920_000_000 + k*640_000}
 		q.Kicks, q.Calls = 100_000+k*900, 80_000+k*700
 		q.BusyNs = 50_000_000_000 + k*2_500_000
+		q.Bursts = 25_000_000 + k*1_000
 		q.Drops.Mtu, q.Drops.Runt = 3, 1
 	default: // vm2-net0 pair 1: the guest never enabled it
 		q.Rx, q.Tx = &agentv1.Direction{}, &agentv1.Direction{}
@@ -231,7 +239,40 @@ func (f *fakeAgent) GetStats(_ context.Context, req *agentv1.GetStatsRequest) (*
 		sort.Slice(ps.Queues, func(i, j int) bool { return ps.Queues[i].Pair > ps.Queues[j].Pair })
 		resp.Ports = append(resp.Ports, ps)
 	}
+	// Workers: CPU 2 serves 4 pairs at 80.25% busy, CPU 3 one at 25% (5%
+	// of it its uplink queue), CPU 8 one, idle.
+	for i, w := range []struct {
+		cpu, numa, pairs int32
+		pct, up          uint64
+	}{{2, 0, 4, 8025, 0}, {3, 0, 1, 2500, 500}, {8, 1, 1, 0, 0}} {
+		resp.Workers = append(resp.Workers, &agentv1.WorkerStats{Id: int32(i), Cpu: w.cpu, NumaNode: w.numa, QueuePairs: uint32(w.pairs),
+			BusyNs: 7_000_000_000_000 + uint64(k)*w.pct*100_000, UplinkBusyNs: 10_000_000_000 + uint64(k)*w.up*100_000})
+	}
 	return resp, nil
+}
+
+// moveTime is when the fake rebalancer moved vm1-net0's pair 3.
+var moveTime = time.Date(2026, 8, 20, 9, 58, 30, 0, time.UTC)
+
+func (f *fakeAgent) GetRebalance(context.Context, *agentv1.GetRebalanceRequest) (*agentv1.RebalanceStatus, error) {
+	mv := &agentv1.QueueMove{TimeUnixNano: moveTime.UnixNano(), PortId: "vm1-net0", Pair: 3, FromCpu: 3, ToCpu: 2, LoadPercent: 40}
+	return &agentv1.RebalanceStatus{
+		Config: &agentv1.RebalanceConfig{IntervalMs: 60_000, ThresholdPercent: 95, ImprovementPercent: 25},
+		Runs:   12,
+		LastRun: &agentv1.RebalanceRun{TimeUnixNano: moveTime.Add(time.Minute).UnixNano(), IntervalMs: 60_000,
+			Reason: "NUMA node 0: no worker above 95% (busiest: CPU 3 at 60.0%)"},
+		LastMoves: []*agentv1.QueueMove{mv},
+	}, nil
+}
+
+func (f *fakeAgent) Rebalance(_ context.Context, req *agentv1.RebalanceRequest) (*agentv1.RebalanceRun, error) {
+	f.mu.Lock()
+	f.rebalanceWindows = append(f.rebalanceWindows, req.GetWindowMs())
+	f.mu.Unlock()
+	return &agentv1.RebalanceRun{TimeUnixNano: statsEpoch.UnixNano(), Manual: true, IntervalMs: req.GetWindowMs(),
+		Workers: []*agentv1.WorkerLoad{{Cpu: 2, BeforePercent: 90, AfterPercent: 50}, {Cpu: 3, BeforePercent: 10, AfterPercent: 50}},
+		Moves:   []*agentv1.QueueMove{{TimeUnixNano: statsEpoch.UnixNano(), PortId: "vm1-net0", Pair: 2, FromCpu: 2, ToCpu: 3, LoadPercent: 40, Manual: true}},
+	}, nil
 }
 
 func (f *fakeAgent) GetCapacity(ctx context.Context, _ *agentv1.GetCapacityRequest) (*agentv1.Capacity, error) {

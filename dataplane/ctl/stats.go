@@ -18,7 +18,7 @@ var dropReasons = [7]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_c
 // counters are one queue pair's (or a sum of pairs') counters.
 type counters struct {
 	rxPkts, rxBytes, txPkts, txBytes uint64
-	kicks, calls, busyNs             uint64
+	kicks, calls, busyNs, bursts     uint64
 	drops                            [len(dropReasons)]uint64
 }
 
@@ -27,7 +27,7 @@ func queueCounters(q *agentv1.QueueStats) counters {
 	return counters{
 		rxPkts: q.GetRx().GetPackets(), rxBytes: q.GetRx().GetBytes(),
 		txPkts: q.GetTx().GetPackets(), txBytes: q.GetTx().GetBytes(),
-		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(),
+		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(), bursts: q.GetBursts(),
 		drops: [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination()},
 	}
 }
@@ -40,6 +40,7 @@ func (c *counters) add(o counters) {
 	c.kicks += o.kicks
 	c.calls += o.calls
 	c.busyNs += o.busyNs
+	c.bursts += o.bursts
 	for i := range c.drops {
 		c.drops[i] += o.drops[i]
 	}
@@ -58,6 +59,7 @@ func (c counters) since(prev counters) counters {
 		rxPkts: d(c.rxPkts, prev.rxPkts), rxBytes: d(c.rxBytes, prev.rxBytes),
 		txPkts: d(c.txPkts, prev.txPkts), txBytes: d(c.txBytes, prev.txBytes),
 		kicks: d(c.kicks, prev.kicks), calls: d(c.calls, prev.calls), busyNs: d(c.busyNs, prev.busyNs),
+		bursts: d(c.bursts, prev.bursts),
 	}
 	for i := range c.drops {
 		out.drops[i] = d(c.drops[i], prev.drops[i])

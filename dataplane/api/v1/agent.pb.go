@@ -1092,7 +1092,10 @@ type QueueStats struct {
 	Kicks         uint64                 `protobuf:"varint,8,opt,name=kicks,proto3" json:"kicks,omitempty"`
 	Calls         uint64                 `protobuf:"varint,9,opt,name=calls,proto3" json:"calls,omitempty"`
 	Drops         *Drops                 `protobuf:"bytes,10,opt,name=drops,proto3" json:"drops,omitempty"`
-	BusyNs        uint64                 `protobuf:"varint,11,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"` // time the worker spent serving this pair's TX ring
+	BusyNs        uint64                 `protobuf:"varint,11,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`       // time the worker spent serving this pair's TX ring
+	Bursts        uint64                 `protobuf:"varint,12,opt,name=bursts,proto3" json:"bursts,omitempty"`                     // bursts that moved frames: busy_ns/bursts is the cost per burst
+	Worker        int32                  `protobuf:"varint,13,opt,name=worker,proto3" json:"worker,omitempty"`                     // the worker serving the pair now (the rebalancer may have moved it off its slot's CPU; cpu is that worker's)
+	NumaNode      int32                  `protobuf:"varint,14,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // cpu's NUMA node
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1204,6 +1207,112 @@ func (x *QueueStats) GetBusyNs() uint64 {
 	return 0
 }
 
+func (x *QueueStats) GetBursts() uint64 {
+	if x != nil {
+		return x.Bursts
+	}
+	return 0
+}
+
+func (x *QueueStats) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *QueueStats) GetNumaNode() int32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+// WorkerStats is one worker thread's load.
+type WorkerStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Cpu           int32                  `protobuf:"varint,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	NumaNode      int32                  `protobuf:"varint,3,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	BusyNs        uint64                 `protobuf:"varint,4,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`                     // serving its queue pairs and its uplink queue
+	UplinkBusyNs  uint64                 `protobuf:"varint,5,opt,name=uplink_busy_ns,json=uplinkBusyNs,proto3" json:"uplink_busy_ns,omitempty"` // the uplink queue's part (it cannot move)
+	QueuePairs    uint32                 `protobuf:"varint,6,opt,name=queue_pairs,json=queuePairs,proto3" json:"queue_pairs,omitempty"`         // pairs it serves
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerStats) Reset() {
+	*x = WorkerStats{}
+	mi := &file_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStats) ProtoMessage() {}
+
+func (x *WorkerStats) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
+func (*WorkerStats) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WorkerStats) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetCpu() int32 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetNumaNode() int32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetBusyNs() uint64 {
+	if x != nil {
+		return x.BusyNs
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetUplinkBusyNs() uint64 {
+	if x != nil {
+		return x.UplinkBusyNs
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetQueuePairs() uint32 {
+	if x != nil {
+		return x.QueuePairs
+	}
+	return 0
+}
+
 type PortStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1217,7 +1326,7 @@ type PortStats struct {
 
 func (x *PortStats) Reset() {
 	*x = PortStats{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1338,7 @@ func (x *PortStats) String() string {
 func (*PortStats) ProtoMessage() {}
 
 func (x *PortStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1351,7 @@ func (x *PortStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStats.ProtoReflect.Descriptor instead.
 func (*PortStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PortStats) GetId() string {
@@ -1284,13 +1393,14 @@ type GetStatsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TimeUnixNano  int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	Ports         []*PortStats           `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	Workers       []*WorkerStats         `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1412,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1425,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStatsResponse) GetTimeUnixNano() int64 {
@@ -1332,6 +1442,13 @@ func (x *GetStatsResponse) GetPorts() []*PortStats {
 	return nil
 }
 
+func (x *GetStatsResponse) GetWorkers() []*WorkerStats {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
 type GetCapacityRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1340,7 +1457,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1469,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1482,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type Slot struct {
@@ -1379,7 +1496,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1508,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1521,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Slot) GetId() string {
@@ -1439,7 +1556,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1568,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1581,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CPU) GetId() int32 {
@@ -1499,7 +1616,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1628,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1641,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Capacity) GetCpus() []*CPU {
@@ -1556,7 +1673,7 @@ type WatchHealthRequest struct {
 
 func (x *WatchHealthRequest) Reset() {
 	*x = WatchHealthRequest{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1685,7 @@ func (x *WatchHealthRequest) String() string {
 func (*WatchHealthRequest) ProtoMessage() {}
 
 func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1698,7 @@ func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHealthRequest.ProtoReflect.Descriptor instead.
 func (*WatchHealthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 type SlotHealth struct {
@@ -1595,7 +1712,7 @@ type SlotHealth struct {
 
 func (x *SlotHealth) Reset() {
 	*x = SlotHealth{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1724,7 @@ func (x *SlotHealth) String() string {
 func (*SlotHealth) ProtoMessage() {}
 
 func (x *SlotHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1737,7 @@ func (x *SlotHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHealth.ProtoReflect.Descriptor instead.
 func (*SlotHealth) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SlotHealth) GetId() string {
@@ -1655,7 +1772,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1784,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1797,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -1700,6 +1817,474 @@ func (x *Health) GetReason() string {
 func (x *Health) GetSlots() []*SlotHealth {
 	if x != nil {
 		return x.Slots
+	}
+	return nil
+}
+
+type GetRebalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRebalanceRequest) Reset() {
+	*x = GetRebalanceRequest{}
+	mi := &file_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRebalanceRequest) ProtoMessage() {}
+
+func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRebalanceRequest.ProtoReflect.Descriptor instead.
+func (*GetRebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{26}
+}
+
+type RebalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WindowMs      uint32                 `protobuf:"varint,1,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"` // 0 = 1000; at most 60000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceRequest) Reset() {
+	*x = RebalanceRequest{}
+	mi := &file_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceRequest) ProtoMessage() {}
+
+func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RebalanceRequest) GetWindowMs() uint32 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+type RebalanceConfig struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	IntervalMs         uint32                 `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // 0: the automatic rebalancer is off
+	ThresholdPercent   uint32                 `protobuf:"varint,2,opt,name=threshold_percent,json=thresholdPercent,proto3" json:"threshold_percent,omitempty"`
+	ImprovementPercent uint32                 `protobuf:"varint,3,opt,name=improvement_percent,json=improvementPercent,proto3" json:"improvement_percent,omitempty"`
+	CrossNuma          bool                   `protobuf:"varint,4,opt,name=cross_numa,json=crossNuma,proto3" json:"cross_numa,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RebalanceConfig) Reset() {
+	*x = RebalanceConfig{}
+	mi := &file_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceConfig) ProtoMessage() {}
+
+func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceConfig.ProtoReflect.Descriptor instead.
+func (*RebalanceConfig) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RebalanceConfig) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *RebalanceConfig) GetThresholdPercent() uint32 {
+	if x != nil {
+		return x.ThresholdPercent
+	}
+	return 0
+}
+
+func (x *RebalanceConfig) GetImprovementPercent() uint32 {
+	if x != nil {
+		return x.ImprovementPercent
+	}
+	return 0
+}
+
+func (x *RebalanceConfig) GetCrossNuma() bool {
+	if x != nil {
+		return x.CrossNuma
+	}
+	return false
+}
+
+type QueueMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixNano  int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	PortId        string                 `protobuf:"bytes,2,opt,name=port_id,json=portId,proto3" json:"port_id,omitempty"`
+	Pair          uint32                 `protobuf:"varint,3,opt,name=pair,proto3" json:"pair,omitempty"`
+	FromCpu       int32                  `protobuf:"varint,4,opt,name=from_cpu,json=fromCpu,proto3" json:"from_cpu,omitempty"`
+	ToCpu         int32                  `protobuf:"varint,5,opt,name=to_cpu,json=toCpu,proto3" json:"to_cpu,omitempty"`
+	LoadPercent   float64                `protobuf:"fixed64,6,opt,name=load_percent,json=loadPercent,proto3" json:"load_percent,omitempty"` // the pair's busy share of a CPU when it moved
+	Manual        bool                   `protobuf:"varint,7,opt,name=manual,proto3" json:"manual,omitempty"`
+	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"` // non-empty: the move did not happen
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueMove) Reset() {
+	*x = QueueMove{}
+	mi := &file_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueMove) ProtoMessage() {}
+
+func (x *QueueMove) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueMove.ProtoReflect.Descriptor instead.
+func (*QueueMove) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *QueueMove) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *QueueMove) GetPortId() string {
+	if x != nil {
+		return x.PortId
+	}
+	return ""
+}
+
+func (x *QueueMove) GetPair() uint32 {
+	if x != nil {
+		return x.Pair
+	}
+	return 0
+}
+
+func (x *QueueMove) GetFromCpu() int32 {
+	if x != nil {
+		return x.FromCpu
+	}
+	return 0
+}
+
+func (x *QueueMove) GetToCpu() int32 {
+	if x != nil {
+		return x.ToCpu
+	}
+	return 0
+}
+
+func (x *QueueMove) GetLoadPercent() float64 {
+	if x != nil {
+		return x.LoadPercent
+	}
+	return 0
+}
+
+func (x *QueueMove) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+func (x *QueueMove) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type RebalanceRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixNano  int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Manual        bool                   `protobuf:"varint,2,opt,name=manual,proto3" json:"manual,omitempty"`
+	IntervalMs    uint32                 `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // the loads were measured over it
+	Workers       []*WorkerLoad          `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	Moves         []*QueueMove           `protobuf:"bytes,5,rep,name=moves,proto3" json:"moves,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"` // why nothing moved
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceRun) Reset() {
+	*x = RebalanceRun{}
+	mi := &file_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceRun) ProtoMessage() {}
+
+func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceRun.ProtoReflect.Descriptor instead.
+func (*RebalanceRun) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RebalanceRun) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *RebalanceRun) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+func (x *RebalanceRun) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *RebalanceRun) GetWorkers() []*WorkerLoad {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *RebalanceRun) GetMoves() []*QueueMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *RebalanceRun) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type WorkerLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cpu           int32                  `protobuf:"varint,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	NumaNode      int32                  `protobuf:"varint,2,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	BeforePercent float64                `protobuf:"fixed64,3,opt,name=before_percent,json=beforePercent,proto3" json:"before_percent,omitempty"`
+	AfterPercent  float64                `protobuf:"fixed64,4,opt,name=after_percent,json=afterPercent,proto3" json:"after_percent,omitempty"` // as planned
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLoad) Reset() {
+	*x = WorkerLoad{}
+	mi := &file_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLoad) ProtoMessage() {}
+
+func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
+func (*WorkerLoad) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WorkerLoad) GetCpu() int32 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetNumaNode() int32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetBeforePercent() float64 {
+	if x != nil {
+		return x.BeforePercent
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetAfterPercent() float64 {
+	if x != nil {
+		return x.AfterPercent
+	}
+	return 0
+}
+
+type RebalanceStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *RebalanceConfig       `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	Runs          uint64                 `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	LastRun       *RebalanceRun          `protobuf:"bytes,3,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`       // absent before the first
+	LastMoves     []*QueueMove           `protobuf:"bytes,4,rep,name=last_moves,json=lastMoves,proto3" json:"last_moves,omitempty"` // oldest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceStatus) Reset() {
+	*x = RebalanceStatus{}
+	mi := &file_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceStatus) ProtoMessage() {}
+
+func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceStatus.ProtoReflect.Descriptor instead.
+func (*RebalanceStatus) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RebalanceStatus) GetConfig() *RebalanceConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *RebalanceStatus) GetRuns() uint64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *RebalanceStatus) GetLastRun() *RebalanceRun {
+	if x != nil {
+		return x.LastRun
+	}
+	return nil
+}
+
+func (x *RebalanceStatus) GetLastMoves() []*QueueMove {
+	if x != nil {
+		return x.LastMoves
 	}
 	return nil
 }
@@ -1790,7 +2375,7 @@ const file_agent_proto_rawDesc = "" +
 	"\tbad_chain\x18\x04 \x01(\x04R\bbadChain\x12\x10\n" +
 	"\x03mtu\x18\x05 \x01(\x04R\x03mtu\x12\x12\n" +
 	"\x04runt\x18\x06 \x01(\x04R\x04runt\x12%\n" +
-	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\"\xd2\x02\n" +
+	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\"\x9f\x03\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
@@ -1806,7 +2391,18 @@ const file_agent_proto_rawDesc = "" +
 	"\x05calls\x18\t \x01(\x04R\x05calls\x12-\n" +
 	"\x05drops\x18\n" +
 	" \x01(\v2\x17.vhostmq.agent.v1.DropsR\x05drops\x12\x17\n" +
-	"\abusy_ns\x18\v \x01(\x04R\x06busyNs\"\x87\x02\n" +
+	"\abusy_ns\x18\v \x01(\x04R\x06busyNs\x12\x16\n" +
+	"\x06bursts\x18\f \x01(\x04R\x06bursts\x12\x16\n" +
+	"\x06worker\x18\r \x01(\x05R\x06worker\x12\x1b\n" +
+	"\tnuma_node\x18\x0e \x01(\x05R\bnumaNode\"\xac\x01\n" +
+	"\vWorkerStats\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
+	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x1b\n" +
+	"\tnuma_node\x18\x03 \x01(\x05R\bnumaNode\x12\x17\n" +
+	"\abusy_ns\x18\x04 \x01(\x04R\x06busyNs\x12$\n" +
+	"\x0euplink_busy_ns\x18\x05 \x01(\x04R\fuplinkBusyNs\x12\x1f\n" +
+	"\vqueue_pairs\x18\x06 \x01(\rR\n" +
+	"queuePairs\"\x87\x02\n" +
 	"\tPortStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1a\n" +
@@ -1815,10 +2411,11 @@ const file_agent_proto_rawDesc = "" +
 	"\x06queues\x18\x05 \x03(\v2\x1c.vhostmq.agent.v1.QueueStatsR\x06queues\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
 	"\x10GetStatsResponse\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x121\n" +
-	"\x05ports\x18\x02 \x03(\v2\x1b.vhostmq.agent.v1.PortStatsR\x05ports\"\x14\n" +
+	"\x05ports\x18\x02 \x03(\v2\x1b.vhostmq.agent.v1.PortStatsR\x05ports\x127\n" +
+	"\aworkers\x18\x03 \x03(\v2\x1d.vhostmq.agent.v1.WorkerStatsR\aworkers\"\x14\n" +
 	"\x12GetCapacityRequest\"E\n" +
 	"\x04Slot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
@@ -1843,7 +2440,46 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Health\x12\x18\n" +
 	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +
-	"\x05slots\x18\x03 \x03(\v2\x1c.vhostmq.agent.v1.SlotHealthR\x05slots*>\n" +
+	"\x05slots\x18\x03 \x03(\v2\x1c.vhostmq.agent.v1.SlotHealthR\x05slots\"\x15\n" +
+	"\x13GetRebalanceRequest\"/\n" +
+	"\x10RebalanceRequest\x12\x1b\n" +
+	"\twindow_ms\x18\x01 \x01(\rR\bwindowMs\"\xaf\x01\n" +
+	"\x0fRebalanceConfig\x12\x1f\n" +
+	"\vinterval_ms\x18\x01 \x01(\rR\n" +
+	"intervalMs\x12+\n" +
+	"\x11threshold_percent\x18\x02 \x01(\rR\x10thresholdPercent\x12/\n" +
+	"\x13improvement_percent\x18\x03 \x01(\rR\x12improvementPercent\x12\x1d\n" +
+	"\n" +
+	"cross_numa\x18\x04 \x01(\bR\tcrossNuma\"\xe1\x01\n" +
+	"\tQueueMove\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x17\n" +
+	"\aport_id\x18\x02 \x01(\tR\x06portId\x12\x12\n" +
+	"\x04pair\x18\x03 \x01(\rR\x04pair\x12\x19\n" +
+	"\bfrom_cpu\x18\x04 \x01(\x05R\afromCpu\x12\x15\n" +
+	"\x06to_cpu\x18\x05 \x01(\x05R\x05toCpu\x12!\n" +
+	"\fload_percent\x18\x06 \x01(\x01R\vloadPercent\x12\x16\n" +
+	"\x06manual\x18\a \x01(\bR\x06manual\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xf0\x01\n" +
+	"\fRebalanceRun\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x16\n" +
+	"\x06manual\x18\x02 \x01(\bR\x06manual\x12\x1f\n" +
+	"\vinterval_ms\x18\x03 \x01(\rR\n" +
+	"intervalMs\x126\n" +
+	"\aworkers\x18\x04 \x03(\v2\x1c.vhostmq.agent.v1.WorkerLoadR\aworkers\x121\n" +
+	"\x05moves\x18\x05 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\x05moves\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\x87\x01\n" +
+	"\n" +
+	"WorkerLoad\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\x05R\x03cpu\x12\x1b\n" +
+	"\tnuma_node\x18\x02 \x01(\x05R\bnumaNode\x12%\n" +
+	"\x0ebefore_percent\x18\x03 \x01(\x01R\rbeforePercent\x12#\n" +
+	"\rafter_percent\x18\x04 \x01(\x01R\fafterPercent\"\xd7\x01\n" +
+	"\x0fRebalanceStatus\x129\n" +
+	"\x06config\x18\x01 \x01(\v2!.vhostmq.agent.v1.RebalanceConfigR\x06config\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x04R\x04runs\x129\n" +
+	"\blast_run\x18\x03 \x01(\v2\x1e.vhostmq.agent.v1.RebalanceRunR\alastRun\x12:\n" +
+	"\n" +
+	"last_moves\x18\x04 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\tlastMoves*>\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SERVER\x10\x01\x12\x0f\n" +
@@ -1852,7 +2488,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x13POLLING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11POLLING_INTERRUPT\x10\x01\x12\x14\n" +
 	"\x10POLLING_ADAPTIVE\x10\x02\x12\x10\n" +
-	"\fPOLLING_BUSY\x10\x032\xbb\x04\n" +
+	"\fPOLLING_BUSY\x10\x032\xe6\x05\n" +
 	"\x05Agent\x12I\n" +
 	"\n" +
 	"CreatePort\x12#.vhostmq.agent.v1.CreatePortRequest\x1a\x16.vhostmq.agent.v1.Port\x12W\n" +
@@ -1862,7 +2498,9 @@ const file_agent_proto_rawDesc = "" +
 	"\tListPorts\x12\".vhostmq.agent.v1.ListPortsRequest\x1a#.vhostmq.agent.v1.ListPortsResponse\x12Q\n" +
 	"\bGetStats\x12!.vhostmq.agent.v1.GetStatsRequest\x1a\".vhostmq.agent.v1.GetStatsResponse\x12O\n" +
 	"\vGetCapacity\x12$.vhostmq.agent.v1.GetCapacityRequest\x1a\x1a.vhostmq.agent.v1.Capacity\x12O\n" +
-	"\vWatchHealth\x12$.vhostmq.agent.v1.WatchHealthRequest\x1a\x18.vhostmq.agent.v1.Health0\x01B5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
+	"\vWatchHealth\x12$.vhostmq.agent.v1.WatchHealthRequest\x1a\x18.vhostmq.agent.v1.Health0\x01\x12X\n" +
+	"\fGetRebalance\x12%.vhostmq.agent.v1.GetRebalanceRequest\x1a!.vhostmq.agent.v1.RebalanceStatus\x12O\n" +
+	"\tRebalance\x12\".vhostmq.agent.v1.RebalanceRequest\x1a\x1e.vhostmq.agent.v1.RebalanceRunB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1877,42 +2515,50 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_agent_proto_goTypes = []any{
-	(Role)(0),                  // 0: vhostmq.agent.v1.Role
-	(PollingMode)(0),           // 1: vhostmq.agent.v1.PollingMode
-	(*PortSpec)(nil),           // 2: vhostmq.agent.v1.PortSpec
-	(*IPConfig)(nil),           // 3: vhostmq.agent.v1.IPConfig
-	(*Route)(nil),              // 4: vhostmq.agent.v1.Route
-	(*QueueAssignment)(nil),    // 5: vhostmq.agent.v1.QueueAssignment
-	(*PortStatus)(nil),         // 6: vhostmq.agent.v1.PortStatus
-	(*Port)(nil),               // 7: vhostmq.agent.v1.Port
-	(*CreatePortRequest)(nil),  // 8: vhostmq.agent.v1.CreatePortRequest
-	(*DeletePortRequest)(nil),  // 9: vhostmq.agent.v1.DeletePortRequest
-	(*DeletePortResponse)(nil), // 10: vhostmq.agent.v1.DeletePortResponse
-	(*GetPortRequest)(nil),     // 11: vhostmq.agent.v1.GetPortRequest
-	(*ListPortsRequest)(nil),   // 12: vhostmq.agent.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),  // 13: vhostmq.agent.v1.ListPortsResponse
-	(*GetStatsRequest)(nil),    // 14: vhostmq.agent.v1.GetStatsRequest
-	(*Direction)(nil),          // 15: vhostmq.agent.v1.Direction
-	(*Drops)(nil),              // 16: vhostmq.agent.v1.Drops
-	(*QueueStats)(nil),         // 17: vhostmq.agent.v1.QueueStats
-	(*PortStats)(nil),          // 18: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),   // 19: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil), // 20: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),               // 21: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                // 22: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),           // 23: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil), // 24: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),         // 25: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),             // 26: vhostmq.agent.v1.Health
-	nil,                        // 27: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                        // 28: vhostmq.agent.v1.PortStats.LabelsEntry
+	(Role)(0),                   // 0: vhostmq.agent.v1.Role
+	(PollingMode)(0),            // 1: vhostmq.agent.v1.PollingMode
+	(*PortSpec)(nil),            // 2: vhostmq.agent.v1.PortSpec
+	(*IPConfig)(nil),            // 3: vhostmq.agent.v1.IPConfig
+	(*Route)(nil),               // 4: vhostmq.agent.v1.Route
+	(*QueueAssignment)(nil),     // 5: vhostmq.agent.v1.QueueAssignment
+	(*PortStatus)(nil),          // 6: vhostmq.agent.v1.PortStatus
+	(*Port)(nil),                // 7: vhostmq.agent.v1.Port
+	(*CreatePortRequest)(nil),   // 8: vhostmq.agent.v1.CreatePortRequest
+	(*DeletePortRequest)(nil),   // 9: vhostmq.agent.v1.DeletePortRequest
+	(*DeletePortResponse)(nil),  // 10: vhostmq.agent.v1.DeletePortResponse
+	(*GetPortRequest)(nil),      // 11: vhostmq.agent.v1.GetPortRequest
+	(*ListPortsRequest)(nil),    // 12: vhostmq.agent.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),   // 13: vhostmq.agent.v1.ListPortsResponse
+	(*GetStatsRequest)(nil),     // 14: vhostmq.agent.v1.GetStatsRequest
+	(*Direction)(nil),           // 15: vhostmq.agent.v1.Direction
+	(*Drops)(nil),               // 16: vhostmq.agent.v1.Drops
+	(*QueueStats)(nil),          // 17: vhostmq.agent.v1.QueueStats
+	(*WorkerStats)(nil),         // 18: vhostmq.agent.v1.WorkerStats
+	(*PortStats)(nil),           // 19: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),    // 20: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil),  // 21: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),                // 22: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                 // 23: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),            // 24: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil),  // 25: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),          // 26: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),              // 27: vhostmq.agent.v1.Health
+	(*GetRebalanceRequest)(nil), // 28: vhostmq.agent.v1.GetRebalanceRequest
+	(*RebalanceRequest)(nil),    // 29: vhostmq.agent.v1.RebalanceRequest
+	(*RebalanceConfig)(nil),     // 30: vhostmq.agent.v1.RebalanceConfig
+	(*QueueMove)(nil),           // 31: vhostmq.agent.v1.QueueMove
+	(*RebalanceRun)(nil),        // 32: vhostmq.agent.v1.RebalanceRun
+	(*WorkerLoad)(nil),          // 33: vhostmq.agent.v1.WorkerLoad
+	(*RebalanceStatus)(nil),     // 34: vhostmq.agent.v1.RebalanceStatus
+	nil,                         // 35: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                         // 36: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	27, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	35, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
 	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
@@ -1923,31 +2569,41 @@ var file_agent_proto_depIdxs = []int32{
 	15, // 10: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
 	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
 	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
-	28, // 13: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	36, // 13: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
 	17, // 14: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
-	18, // 15: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
-	21, // 16: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
-	22, // 17: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
-	25, // 18: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
-	8,  // 19: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	9,  // 20: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	11, // 21: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	12, // 22: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	14, // 23: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	20, // 24: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	24, // 25: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	7,  // 26: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	10, // 27: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	7,  // 28: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	13, // 29: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	19, // 30: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	23, // 31: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	26, // 32: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	19, // 15: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
+	18, // 16: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
+	22, // 17: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
+	23, // 18: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
+	26, // 19: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
+	33, // 20: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
+	31, // 21: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
+	30, // 22: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
+	32, // 23: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
+	31, // 24: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
+	8,  // 25: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	9,  // 26: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	11, // 27: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	12, // 28: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	14, // 29: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	21, // 30: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	25, // 31: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	28, // 32: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	29, // 33: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	7,  // 34: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	10, // 35: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	7,  // 36: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	13, // 37: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	20, // 38: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	24, // 39: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	27, // 40: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	34, // 41: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	32, // 42: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1962,7 +2618,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

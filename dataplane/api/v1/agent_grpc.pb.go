@@ -24,13 +24,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_CreatePort_FullMethodName  = "/vhostmq.agent.v1.Agent/CreatePort"
-	Agent_DeletePort_FullMethodName  = "/vhostmq.agent.v1.Agent/DeletePort"
-	Agent_GetPort_FullMethodName     = "/vhostmq.agent.v1.Agent/GetPort"
-	Agent_ListPorts_FullMethodName   = "/vhostmq.agent.v1.Agent/ListPorts"
-	Agent_GetStats_FullMethodName    = "/vhostmq.agent.v1.Agent/GetStats"
-	Agent_GetCapacity_FullMethodName = "/vhostmq.agent.v1.Agent/GetCapacity"
-	Agent_WatchHealth_FullMethodName = "/vhostmq.agent.v1.Agent/WatchHealth"
+	Agent_CreatePort_FullMethodName   = "/vhostmq.agent.v1.Agent/CreatePort"
+	Agent_DeletePort_FullMethodName   = "/vhostmq.agent.v1.Agent/DeletePort"
+	Agent_GetPort_FullMethodName      = "/vhostmq.agent.v1.Agent/GetPort"
+	Agent_ListPorts_FullMethodName    = "/vhostmq.agent.v1.Agent/ListPorts"
+	Agent_GetStats_FullMethodName     = "/vhostmq.agent.v1.Agent/GetStats"
+	Agent_GetCapacity_FullMethodName  = "/vhostmq.agent.v1.Agent/GetCapacity"
+	Agent_WatchHealth_FullMethodName  = "/vhostmq.agent.v1.Agent/WatchHealth"
+	Agent_GetRebalance_FullMethodName = "/vhostmq.agent.v1.Agent/GetRebalance"
+	Agent_Rebalance_FullMethodName    = "/vhostmq.agent.v1.Agent/Rebalance"
 )
 
 // AgentClient is the client API for Agent service.
@@ -50,6 +52,14 @@ type AgentClient interface {
 	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*Capacity, error)
 	// WatchHealth sends the current health at once, then every change.
 	WatchHealth(ctx context.Context, in *WatchHealthRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Health], error)
+	// GetRebalance returns the queue rebalancer's configuration, its last
+	// run and its last moves.
+	GetRebalance(ctx context.Context, in *GetRebalanceRequest, opts ...grpc.CallOption) (*RebalanceStatus, error)
+	// Rebalance measures the queue loads over window_ms (default 1000) and
+	// moves queue pairs between workers if that evens the worker loads out
+	// by the configured improvement (the overload threshold does not
+	// apply); it returns the run.
+	Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*RebalanceRun, error)
 }
 
 type agentClient struct {
@@ -139,6 +149,26 @@ func (c *agentClient) WatchHealth(ctx context.Context, in *WatchHealthRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_WatchHealthClient = grpc.ServerStreamingClient[Health]
 
+func (c *agentClient) GetRebalance(ctx context.Context, in *GetRebalanceRequest, opts ...grpc.CallOption) (*RebalanceStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceStatus)
+	err := c.cc.Invoke(ctx, Agent_GetRebalance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*RebalanceRun, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceRun)
+	err := c.cc.Invoke(ctx, Agent_Rebalance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -156,6 +186,14 @@ type AgentServer interface {
 	GetCapacity(context.Context, *GetCapacityRequest) (*Capacity, error)
 	// WatchHealth sends the current health at once, then every change.
 	WatchHealth(*WatchHealthRequest, grpc.ServerStreamingServer[Health]) error
+	// GetRebalance returns the queue rebalancer's configuration, its last
+	// run and its last moves.
+	GetRebalance(context.Context, *GetRebalanceRequest) (*RebalanceStatus, error)
+	// Rebalance measures the queue loads over window_ms (default 1000) and
+	// moves queue pairs between workers if that evens the worker loads out
+	// by the configured improvement (the overload threshold does not
+	// apply); it returns the run.
+	Rebalance(context.Context, *RebalanceRequest) (*RebalanceRun, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -186,6 +224,12 @@ func (UnimplementedAgentServer) GetCapacity(context.Context, *GetCapacityRequest
 }
 func (UnimplementedAgentServer) WatchHealth(*WatchHealthRequest, grpc.ServerStreamingServer[Health]) error {
 	return status.Error(codes.Unimplemented, "method WatchHealth not implemented")
+}
+func (UnimplementedAgentServer) GetRebalance(context.Context, *GetRebalanceRequest) (*RebalanceStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRebalance not implemented")
+}
+func (UnimplementedAgentServer) Rebalance(context.Context, *RebalanceRequest) (*RebalanceRun, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rebalance not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -327,6 +371,42 @@ func _Agent_WatchHealth_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_WatchHealthServer = grpc.ServerStreamingServer[Health]
 
+func _Agent_GetRebalance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRebalanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).GetRebalance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_GetRebalance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).GetRebalance(ctx, req.(*GetRebalanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_Rebalance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Rebalance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Rebalance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Rebalance(ctx, req.(*RebalanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -357,6 +437,14 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetCapacity",
 			Handler:    _Agent_GetCapacity_Handler,
+		},
+		{
+			MethodName: "GetRebalance",
+			Handler:    _Agent_GetRebalance_Handler,
+		},
+		{
+			MethodName: "Rebalance",
+			Handler:    _Agent_Rebalance_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
