@@ -257,14 +257,14 @@ func (w *worker) serveTX(a *assignment) bool {
 		case linear && to != nil && to.up != nil:
 			w.uplinkMeta(src.net, s.off.lin[:frameLen])
 		case linear && to != nil:
-			w.deliverMeta(to, s.off.lin[:frameLen], hash)
+			w.deliverMetaOrDrop(to, s.off.lin[:frameLen], hash)
 		case to != nil:
 			// delivered (or counted at the destination) above
 		case linear:
 			flooded := false
 			for _, p := range *src.net.ports.Load() {
 				if p != src {
-					w.deliverMeta(p, s.off.lin[:frameLen], hash)
+					w.deliverMetaOrDrop(p, s.off.lin[:frameLen], hash)
 					flooded = true
 				}
 			}

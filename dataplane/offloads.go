@@ -12,6 +12,7 @@ package dataplane
 import (
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/offload"
+	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
@@ -92,11 +93,14 @@ func (w *worker) offloadOversize(maxFrame int) bool {
 	return o.h.GSOType != virtio.GSONone && offload.SegmentLen(&o.h, &o.in) > maxFrame-ethHeader-vlanTag
 }
 
-// deliverMeta delivers a checked frame with metadata w.s.off.h from a
-// buffer to dst: whole when dst's guest accepts the metadata, else with
-// its checksum completed or cut into segments. The frame's bytes are the
-// same afterwards (a flood delivers it again).
-func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) {
+// deliverMeta delivers a checked frame with metadata w.s.off.h (headers
+// at w.s.off.in) from a buffer to dst: whole when dst's guest accepts the
+// metadata, else with its checksum completed or cut into segments. The
+// frame's bytes are the same afterwards (a flood delivers it again). It
+// returns the RX vring that had no room when nothing of the frame went in
+// (uncounted: the caller drops or holds it), else nil; a ring that fills
+// after some segments went in counts the rest as dropped.
+func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) (full *netdev.Vring) {
 	o := &w.s.off
 	h := &o.h
 	caps := dst.dev.RxOffload()
@@ -113,50 +117,66 @@ func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) {
 			out.Flags &^= offload.FDataValid
 		}
 		out.Encode(o.hdr[:])
-		if rv := w.deliverBufHdr(dst, frame, &o.hdr, hash); rv != nil && h.GSOType != virtio.GSONone {
+		rv, ok := w.putBuf(dst, frame, &o.hdr, hash)
+		if !ok {
+			return rv
+		}
+		if h.GSOType != virtio.GSONone {
 			rv.Counters.GSOWhole.Add(1)
 		}
 	case h.GSOType != virtio.GSONone:
 		out.Encode(o.hdr[:])
 		o.seg.Start(frame, h, o.in)
-		var rv *netdev.Vring
+		var took *netdev.Vring
 		for seg := o.seg.Next(); seg != nil; seg = o.seg.Next() {
-			if d := w.deliverBufHdr(dst, seg, &o.hdr, hash); d != nil {
-				rv = d
+			rv, ok := w.putBuf(dst, seg, &o.hdr, hash)
+			switch {
+			case ok:
+				took = rv
+			case rv != nil && took == nil:
+				return rv // nothing went in: the whole frame waits or drops
+			case rv != nil:
+				rv.Counters.DropNoBuf.Add(1)
 			}
 		}
-		if rv != nil {
-			rv.Counters.GSOSegmented.Add(1)
+		if took != nil {
+			took.Counters.GSOSegmented.Add(1)
 		}
 	case h.Flags&offload.FNeedsCsum != 0:
 		out.Encode(o.hdr[:])
 		old := offload.Complete(frame, h)
-		if rv := w.deliverBufHdr(dst, frame, &o.hdr, hash); rv != nil {
-			rv.Counters.CsumSoftware.Add(1)
-		}
+		rv, ok := w.putBuf(dst, frame, &o.hdr, hash)
 		offload.Restore(frame, h, old)
+		if !ok {
+			return rv
+		}
+		rv.Counters.CsumSoftware.Add(1)
 	default: // DATA_VALID only (from the tap)
 		out.Flags &= h.Flags
 		out.Encode(o.hdr[:])
-		w.deliverBufHdr(dst, frame, &o.hdr, hash)
+		if rv, ok := w.putBuf(dst, frame, &o.hdr, hash); !ok {
+			return rv
+		}
 	}
+	return nil
 }
 
-// deliverBufHdr copies a frame from a buffer into an RX vring of dst, as
-// deliverBuf does, behind virtio-net header hdr; it returns the RX vring
-// that took the frame, or nil (counted there: no room, not ready).
-func (w *worker) deliverBufHdr(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, hash uint32) *netdev.Vring {
+// putBuf copies a frame from a buffer into an RX vring of dst behind
+// virtio-net header hdr (num_buffers 1). ok: rv took it; else rv had no
+// room (uncounted), or is nil when dst had no ready ring (counted).
+func (w *worker) putBuf(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, hash uint32) (rv *netdev.Vring, ok bool) {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return nil
+		return nil, false
 	}
-	rv := dst.dev.Vrings()[2*pair]
+	rv = dst.dev.Vrings()[2*pair]
 	h := w.holdRX(rv)
 	if h == nil {
 		rv.Counters.DropDisable.Add(1)
-		return nil
+		return nil, false
 	}
+	h.port = dst
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
@@ -168,11 +188,11 @@ func (w *worker) deliverBufHdr(dst *port, frame []byte, hdr *[virtio.NetHdrSize]
 	switch res {
 	case fillDone:
 		w.commit(h, nbufs, n)
-		return rv
+		return rv, true
 	case fillNoRoom:
-		rv.Counters.DropNoBuf.Add(1)
+		return rv, false
 	}
-	return nil
+	return nil, false
 }
 
 // answerDHCPMeta is answerDHCP for a DHCP frame read into scratch whose
@@ -193,12 +213,15 @@ func (w *worker) answerDHCPMeta(p *port, frame []byte) {
 		offload.Complete(in, &o.h)
 	}
 	if n := r.srv.Handle(in, r.out[:]); n > 0 {
-		w.deliverBufHdr(p, r.out[:n], &plainHdr, vswitch.FlowHash(r.out[:n]))
+		if rv, ok := w.putBuf(p, r.out[:n], &plainHdr, vswitch.FlowHash(r.out[:n])); !ok && rv != nil {
+			rv.Counters.DropNoBuf.Add(1)
+		}
 	}
 }
 
 // uplinkMeta sends a checked frame with metadata w.s.off.h from scratch to
-// the uplink, completed or segmented in software.
+// the uplink: whole to the tap (its vnet header carries the metadata),
+// completed or segmented in software for af_xdp.
 func (w *worker) uplinkMeta(nw *network, frame []byte) {
 	wu := w.up
 	if wu == nil {
@@ -206,16 +229,35 @@ func (w *worker) uplinkMeta(nw *network, frame []byte) {
 	}
 	o := &w.s.off
 	h := &o.h
+	gso := h.GSOType != virtio.GSONone
+	if gso && offload.SegmentLen(h, &o.in) > wu.u.mtu {
+		wu.u.TxOversize.Add(1)
+		return
+	}
 	switch {
-	case h.GSOType != virtio.GSONone:
+	case wu.tapq != nil:
+		buf := wu.q.TxFrame()
+		if txHeadroom+len(frame) > len(buf) {
+			wu.u.TxOversize.Add(1)
+			wu.q.Cancel()
+			return
+		}
+		copy(buf[txHeadroom:], frame)
+		w.sendUplinkHdr(nw, buf, txHeadroom, len(frame), h)
+		if gso {
+			wu.u.TxGSOWhole.Add(1)
+		}
+	case gso:
 		o.seg.Start(frame, h, o.in)
 		for seg := o.seg.Next(); seg != nil; seg = o.seg.Next() {
 			w.uplinkCopy(nw, seg)
 		}
+		wu.u.TxGSOSegmented.Add(1)
 	case h.Flags&offload.FNeedsCsum != 0:
 		old := offload.Complete(frame, h)
 		w.uplinkCopy(nw, frame)
 		offload.Restore(frame, h, old)
+		wu.u.TxCsumSoftware.Add(1)
 	default:
 		w.uplinkCopy(nw, frame)
 	}
@@ -236,4 +278,65 @@ func (w *worker) uplinkCopy(nw *network, frame []byte) {
 	}
 	copy(buf[txHeadroom:], frame)
 	w.sendUplink(nw, buf, txHeadroom, len(frame))
+}
+
+// deliverMetaOrDrop is deliverMeta for frames from guests: one that finds
+// no room is dropped (counted at the full ring).
+func (w *worker) deliverMetaOrDrop(dst *port, frame []byte, hash uint32) {
+	if full := w.deliverMeta(dst, frame, hash); full != nil {
+		full.Counters.DropNoBuf.Add(1)
+	}
+}
+
+// upMeta is the offload metadata of the uplink frame being switched: the
+// tap's vnet header, its VLAN tag (if any) removed, checked.
+type upMeta struct {
+	on bool
+	h  virtio.NetHdr
+	in offload.Info
+}
+
+// uplinkMetaIn reads and checks the vnet header of the frame just taken
+// from the worker's tap queue (untagged: tagged says whether a tag was
+// removed) into w.up.meta; false: the header does not fit the frame.
+func (w *worker) uplinkMetaIn(frame []byte, tagged bool) bool {
+	wu := w.up
+	wu.meta.on = false
+	if wu.tapq == nil {
+		return true
+	}
+	hb := wu.tapq.rx[:tap.HdrLen]
+	if hb[0]|hb[1] == 0 {
+		return true
+	}
+	m := &wu.meta
+	m.h.Decode(hb)
+	m.h.NumBuffers = 0
+	if tagged && m.h.Flags&offload.FNeedsCsum != 0 {
+		if m.h.CsumStart < vlanTag {
+			return false
+		}
+		m.h.CsumStart -= vlanTag
+	}
+	in, err := offload.Check(&m.h, frame, len(frame))
+	if err != nil {
+		return false
+	}
+	if m.h.GSOType != virtio.GSONone {
+		m.h.HdrLen = uint16(in.L4End)
+	}
+	m.in, m.on = in, true
+	return true
+}
+
+// deliverUp delivers the uplink frame being switched to dst, with its
+// offload metadata if it has any, and returns the RX vring that had no
+// room for it (uncounted), else nil.
+func (w *worker) deliverUp(dst *port, frame []byte, hash uint32) *netdev.Vring {
+	wu := w.up
+	if !wu.meta.on {
+		return w.deliverBuf(dst, frame, hash)
+	}
+	w.s.off.h, w.s.off.in = wu.meta.h, wu.meta.in
+	return w.deliverMeta(dst, frame, hash)
 }

@@ -27,7 +27,9 @@ import (
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/offload"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
+	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
@@ -45,10 +47,6 @@ const (
 // frames must not hold them up for longer; frames to it are then dropped
 // at once (as with no backpressure) until it takes one again.
 var heldLimit = 50 * time.Millisecond
-
-// maxUplinkFrame bounds a frame on the tap: the largest port MTU, a VLAN
-// tag and the Ethernet header.
-const maxUplinkFrame = 9702 + ethHeader + vlanTag
 
 // txHeadroom is where a frame to the uplink starts in its TxFrame buffer:
 // room for the tap's vnet header and a VLAN tag pushed in front.
@@ -102,6 +100,10 @@ type UplinkCounters struct {
 	TxDropped                              atomic.Uint64 // the queue was full (tap: EAGAIN; af_xdp: no free frame) or refused the frame
 	TxOversize                             atomic.Uint64 // larger than the uplink carries
 	MACErrors                              atomic.Uint64 // af_xdp: a guest MAC the XDP program's map refused (full)
+	// offloads (offloads.go): guest GSO frames sent whole (tap) or
+	// segmented (af_xdp), partial checksums completed (af_xdp), frames
+	// from the tap whose vnet header did not fit them
+	TxGSOWhole, TxGSOSegmented, TxCsumSoftware, RxBadOffload atomic.Uint64
 }
 
 // UplinkStats is a snapshot of the uplink.
@@ -124,6 +126,11 @@ type UplinkStats struct {
 	// af_xdp: how the XDP program and sockets run, and why not faster
 	Mode      string `json:"mode,omitempty"`
 	MACErrors uint64 `json:"macErrors,omitempty"`
+	// offloads
+	TxGSOWhole     uint64 `json:"txGsoWhole"`
+	TxGSOSegmented uint64 `json:"txGsoSegmented"`
+	TxCsumSoftware uint64 `json:"txCsumSoftware"`
+	RxBadOffload   uint64 `json:"rxBadOffload"`
 }
 
 // workerUplink is a worker's uplink queue and its frame list.
@@ -142,6 +149,8 @@ type workerUplink struct {
 	queueOff bool                         // the queue is out of the epoll set (armHeld)
 	notifyOn *netdev.Vring                // the RX ring armHeld asked to kick
 	pending  bool                         // frames sent since the last Flush
+	tapq     *tapQueue                    // the tap queue (vnet headers), nil for af_xdp
+	meta     upMeta                       // offload metadata of the frame at next (offloads.go)
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
 	known map[vswitch.MAC]struct{}
@@ -160,11 +169,13 @@ type heldFrame struct {
 }
 
 // tapQueue is a tap queue: one frame per read and write, behind a vnet
-// header (all zero: no offload metadata, see package tap).
+// header with the frame's offload metadata (a received frame's in
+// rx[:tap.HdrLen]; txHdr for the next Send, zero: none).
 type tapQueue struct {
-	fd int
-	rx [tap.HdrLen + maxUplinkFrame]byte
-	tx [txHeadroom + maxUplinkFrame]byte
+	fd    int
+	txHdr [tap.HdrLen]byte
+	rx    [tap.HdrLen + tap.MaxFrame]byte
+	tx    [txHeadroom + tap.MaxFrame]byte
 }
 
 func (q *tapQueue) FD() int { return q.fd }
@@ -187,7 +198,8 @@ func (q *tapQueue) Cancel()         {}
 func (q *tapQueue) Flush()          {}
 
 func (q *tapQueue) Send(off, n int) bool {
-	clear(q.tx[off-tap.HdrLen : off])
+	copy(q.tx[off-tap.HdrLen:off], q.txHdr[:])
+	clear(q.txHdr[:])
 	_, err := unix.Write(q.fd, q.tx[off-tap.HdrLen:off+n])
 	return err == nil
 }
@@ -236,6 +248,7 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config) error {
 	}
 	for i, w := range d.workers {
 		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}, limit: int64(heldLimit), epfd: w.epfd}
+		w.up.tapq, _ = queues[i].(*tapQueue)
 		w.up.held.kick = -1
 		w.wake()
 	}
@@ -318,6 +331,8 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 		RxPackets: u.RxPackets.Load(), RxBytes: u.RxBytes.Load(), TxPackets: u.TxPackets.Load(), TxBytes: u.TxBytes.Load(),
 		RxNoNetwork: u.RxNoNetwork.Load(), RxRunt: u.RxRunt.Load(), RxNoDestination: u.RxNoDestination.Load(),
 		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load(), MACErrors: u.MACErrors.Load()}
+	s.TxGSOWhole, s.TxGSOSegmented, s.TxCsumSoftware = u.TxGSOWhole.Load(), u.TxGSOSegmented.Load(), u.TxCsumSoftware.Load()
+	s.RxBadOffload = u.RxBadOffload.Load()
 	if u.tap != nil {
 		cfg := u.tap.Config()
 		s.Name, s.Attach, s.Queues = cfg.Name, cfg.Attach, u.tap.Queues()
@@ -331,14 +346,8 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 }
 
 // checkUplink refuses a network on the uplink when there is none, when it
-// is down, or when another network uses the VLAN there, and a port on it
-// whose MTU is more than the uplink carries. Caller holds d.mu.
-func (d *Dataplane) checkUplink(name string, vlan int, want bool, mtu int) error {
-	if want && d.up != nil {
-		if err := d.up.checkMTU(mtu); err != nil {
-			return err
-		}
-	}
+// is down, or when another network uses the VLAN there. Caller holds d.mu.
+func (d *Dataplane) checkUplink(name string, vlan int, want bool) error {
 	if n, ok := d.nets[name]; ok {
 		if (n.up != nil) != want {
 			return fmt.Errorf("uplink: network %q is %s the uplink", name, map[bool]string{true: "on", false: "not on"}[n.up != nil])
@@ -358,34 +367,6 @@ func (d *Dataplane) checkUplink(name string, vlan int, want bool, mtu int) error
 		return fmt.Errorf("vlan: %d is used on the uplink by network %q", vlan, other.name)
 	}
 	return nil
-}
-
-// checkMTU refuses a port MTU (0: netdev's default) that the uplink
-// cannot carry: its frames would be dropped there (TxOversize).
-func (u *uplink) checkMTU(mtu int) error {
-	if mtu == 0 {
-		mtu = 1500 // netdev.New's default
-	}
-	if mtu <= u.mtu {
-		return nil
-	}
-	why := "uplink.tap.mtu"
-	if u.xdp != nil {
-		why = "the MTU of " + u.xdp.Config().Interface
-		if u.mtu < u.xdp.MTU() {
-			why = fmt.Sprintf("an AF_XDP frame is at most %d bytes, Ethernet header and VLAN tag included", afxdp.MaxFrame)
-		}
-	}
-	return fmt.Errorf("mtu: %d is more than the %s uplink carries: %d (%s)", mtu, u.kind, u.mtu, why)
-}
-
-// CheckUplinkMTU says why a port with that MTU cannot be on the uplink,
-// or nil; nil too without an uplink.
-func (d *Dataplane) CheckUplinkMTU(mtu int) error {
-	if d.up == nil {
-		return nil
-	}
-	return d.up.checkMTU(mtu)
 }
 
 // attachUplink puts a new network on the uplink. Caller holds d.mu.
@@ -505,10 +486,15 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 	}
 	u.RxPackets.Add(1)
 	u.RxBytes.Add(uint64(len(frame)))
+	n := len(frame)
 	vid, frame := vswitch.PopVLAN(frame)
 	nw := (*u.byVLAN.Load())[vid]
 	if nw == nil {
 		u.RxNoNetwork.Add(1)
+		return true
+	}
+	if !w.uplinkMetaIn(frame, len(frame) != n) { // offloads.go
+		u.RxBadOffload.Add(1)
 		return true
 	}
 	var dmac, smac vswitch.MAC
@@ -531,7 +517,7 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 		u.RxNoDestination.Add(1)
 	}
 	for _, p := range ports {
-		if full := w.deliverBuf(p, frame, hash); full != nil {
+		if full := w.deliverUp(p, frame, hash); full != nil {
 			full.Counters.DropNoBuf.Add(1)
 		}
 	}
@@ -542,7 +528,7 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 // p's RX ring is full (false).
 func (w *worker) toGuest(p *port, frame []byte, hash uint32, now int64) bool {
 	wu := w.up
-	full := w.deliverBuf(p, frame, hash)
+	full := w.deliverUp(p, frame, hash)
 	switch {
 	case full == nil:
 		if wu.stalled == p {
@@ -564,7 +550,7 @@ func (w *worker) toGuest(p *port, frame []byte, hash uint32, now int64) bool {
 func (w *worker) retryHeld() bool {
 	wu := w.up
 	h := &wu.held
-	if full := w.deliverBuf(h.to, h.frame, h.hash); full != nil {
+	if full := w.deliverUp(h.to, h.frame, h.hash); full != nil {
 		if nanotime()-h.since < wu.limit {
 			h.rv = full
 			wu.heldOn.Store(full)
@@ -762,9 +748,20 @@ func (w *worker) floodUplink(nw *network, src *virtq.Queue, head uint16, hdrLen,
 // buffer) with the network's VLAN and queues it on the worker's uplink
 // queue, flushed at the end of the burst.
 func (w *worker) sendUplink(nw *network, buf []byte, start, n int) {
+	w.sendUplinkHdr(nw, buf, start, n, nil)
+}
+
+// sendUplinkHdr is sendUplink for a frame with offload metadata h (nil:
+// none) to the tap, which takes it whole (GSO segments checked against the
+// uplink's MTU by the caller).
+func (w *worker) sendUplinkHdr(nw *network, buf []byte, start, n int, h *virtio.NetHdr) {
 	wu := w.up
 	u := wu.u
-	if n > u.mtu+ethHeader {
+	limit := u.mtu + ethHeader
+	if h != nil && h.GSOType != virtio.GSONone {
+		limit = tap.MaxFrame - vlanTag
+	}
+	if n > limit {
 		u.TxOversize.Add(1)
 		wu.q.Cancel()
 		return
@@ -772,6 +769,20 @@ func (w *worker) sendUplink(nw *network, buf []byte, start, n int) {
 	if nw.vlan != 0 {
 		start = vswitch.PushVLAN(buf, start, nw.vlan)
 		n += vlanTag
+	}
+	if h != nil && wu.tapq != nil {
+		th := *h
+		th.Flags &^= offload.FDataValid
+		th.NumBuffers = 0
+		if nw.vlan != 0 { // the tag moved the headers
+			if th.Flags&offload.FNeedsCsum != 0 {
+				th.CsumStart += vlanTag
+			}
+			if th.HdrLen != 0 {
+				th.HdrLen += vlanTag
+			}
+		}
+		th.Encode(wu.tapq.txHdr[:])
 	}
 	if !wu.q.Send(start, n) {
 		u.TxDropped.Add(1)

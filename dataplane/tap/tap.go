@@ -3,10 +3,11 @@
 // Linux bridge named in the node's config, through which vhostmq networks
 // reach the node's network and other nodes.
 //
-// Offloads are off (TUNSETOFFLOAD 0): the guests' ports negotiate no
-// checksum or segmentation offload, so every frame crossing the tap is
-// complete and checksummed, and the vnet header carries no metadata in
-// either direction.
+// Offloads are on (TUNSETOFFLOAD: partial checksums, TCP GSO with ECN,
+// and USO where the kernel has it): the vnet header is struct
+// virtio_net_hdr, so a guest's GSO frame goes into the tap whole, and the
+// kernel hands over GSO frames up to 64 KiB (MaxFrame) that the dataplane
+// passes whole to guests that accept them, or segments (package offload).
 package tap
 
 import (
@@ -16,11 +17,24 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/offload"
 )
 
 // HdrLen is the vnet header on every frame: struct virtio_net_hdr_mrg_rxbuf,
 // the size virtio 1.0 guests use, so headers map 1:1.
 const HdrLen = 12
+
+// Offloads are the TUNSETOFFLOAD flags asked for; kernels before 6.2
+// refuse USO, and get the others.
+const (
+	Offloads      = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN | unix.TUN_F_USO4 | unix.TUN_F_USO6
+	offloadsNoUSO = Offloads &^ (unix.TUN_F_USO4 | unix.TUN_F_USO6)
+)
+
+// MaxFrame is the longest frame read from or written to the tap (behind
+// the vnet header): a GSO frame of a 64 KiB IP packet.
+const MaxFrame = offload.MaxFrame
 
 // MaxQueues is the kernel's limit on a multiqueue tap's queues.
 const MaxQueues = 256
@@ -56,6 +70,7 @@ type Device struct {
 	cfg Config
 	fds []int
 	nl  *netlink.Handle // in the network namespace the tap was made in
+	uso bool            // the kernel took TUN_F_USO4/6
 }
 
 // Open creates the tap with one queue per worker, sets it up and attaches
@@ -91,7 +106,8 @@ func Open(cfg Config, queues int) (_ *Device, err error) {
 		return nil, fmt.Errorf("name: an interface %q exists already", cfg.Name)
 	}
 	for range queues {
-		fd, err := openQueue(cfg.Name)
+		fd, uso, err := openQueue(cfg.Name)
+		d.uso = uso
 		if err != nil {
 			return nil, fmt.Errorf("tap %s: %w", cfg.Name, err)
 		}
@@ -136,31 +152,48 @@ func (d *Device) bridge() (netlink.Link, error) {
 }
 
 // openQueue opens one queue of the multiqueue tap name (creating the tap
-// with the first).
-func openQueue(name string) (int, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// with the first) and reports whether the kernel took USO.
+func openQueue(name string) (fd int, uso bool, err error) {
+	fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("/dev/net/tun: %w", err)
+		return -1, false, fmt.Errorf("/dev/net/tun: %w", err)
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		unix.Close(fd)
-		return -1, err
+		return -1, false, err
 	}
 	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_MULTI_QUEUE | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("TUNSETIFF: %w", err)
+		return -1, false, fmt.Errorf("TUNSETIFF: %w", err)
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, HdrLen); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
+		return -1, false, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
 	}
-	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0); err != nil {
+	uso = true
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, Offloads)
+	if errors.Is(err, unix.EINVAL) {
+		uso = false
+		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloadsNoUSO)
+	}
+	if err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("TUNSETOFFLOAD: %w", err)
+		return -1, false, fmt.Errorf("TUNSETOFFLOAD: %w", err)
 	}
-	return fd, nil
+	return fd, uso, nil
+}
+
+// Caps says what the tap takes whole from the dataplane: everything a
+// vnet header can say (the kernel segments and checksums what its
+// devices cannot), USO only where the kernel knows it.
+func (d *Device) Caps() offload.Caps {
+	c := offload.CapCsum | offload.CapTSO4 | offload.CapTSO6 | offload.CapECN
+	if d.uso {
+		c |= offload.CapUSO4 | offload.CapUSO6
+	}
+	return c
 }
 
 // Queue returns the file descriptor of queue i (non-blocking; read and
