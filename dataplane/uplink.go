@@ -346,8 +346,14 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 }
 
 // checkUplink refuses a network on the uplink when there is none, when it
-// is down, or when another network uses the VLAN there. Caller holds d.mu.
-func (d *Dataplane) checkUplink(name string, vlan int, want bool) error {
+// is down, or when another network uses the VLAN there, and a port on it
+// whose MTU is more than the uplink carries. Caller holds d.mu.
+func (d *Dataplane) checkUplink(name string, vlan int, want bool, mtu int) error {
+	if want && d.up != nil {
+		if err := d.up.checkMTU(mtu); err != nil {
+			return err
+		}
+	}
 	if n, ok := d.nets[name]; ok {
 		if (n.up != nil) != want {
 			return fmt.Errorf("uplink: network %q is %s the uplink", name, map[bool]string{true: "on", false: "not on"}[n.up != nil])
@@ -367,6 +373,34 @@ func (d *Dataplane) checkUplink(name string, vlan int, want bool) error {
 		return fmt.Errorf("vlan: %d is used on the uplink by network %q", vlan, other.name)
 	}
 	return nil
+}
+
+// checkMTU refuses a port MTU (0: netdev's default) that the uplink
+// cannot carry: its frames would be dropped there (TxOversize).
+func (u *uplink) checkMTU(mtu int) error {
+	if mtu == 0 {
+		mtu = 1500 // netdev.New's default
+	}
+	if mtu <= u.mtu {
+		return nil
+	}
+	why := "uplink.tap.mtu"
+	if u.xdp != nil {
+		why = "the MTU of " + u.xdp.Config().Interface
+		if u.mtu < u.xdp.MTU() {
+			why = fmt.Sprintf("an AF_XDP frame is at most %d bytes, Ethernet header and VLAN tag included", afxdp.MaxFrame)
+		}
+	}
+	return fmt.Errorf("mtu: %d is more than the %s uplink carries: %d (%s)", mtu, u.kind, u.mtu, why)
+}
+
+// CheckUplinkMTU says why a port with that MTU cannot be on the uplink,
+// or nil; nil too without an uplink.
+func (d *Dataplane) CheckUplinkMTU(mtu int) error {
+	if d.up == nil {
+		return nil
+	}
+	return d.up.checkMTU(mtu)
 }
 
 // attachUplink puts a new network on the uplink. Caller holds d.mu.
