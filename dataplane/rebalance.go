@@ -243,21 +243,21 @@ func (r *rebalancer) runLocked(manual bool) RebalanceRun {
 	prev := r.prev
 	r.prev = cur
 	run := RebalanceRun{Time: cur.at, Manual: manual, Interval: cur.at.Sub(prev.at)}
-	secs := float64(run.Interval.Nanoseconds())
+	ns := float64(run.Interval.Nanoseconds())
 	ws := make([]balance.Worker, len(d.workers))
 	for i, w := range d.workers {
 		ws[i] = balance.Worker{ID: i, CPU: w.cpu, NUMA: d.topo.Node(w.cpu),
-			Fixed: float64(cur.uplink[i]-prev.uplink[i]) / secs}
+			Fixed: float64(cur.uplink[i]-prev.uplink[i]) / ns}
 	}
 	var qs []balance.Queue
 	var as []*assignment
 	for a, busy := range cur.queues {
 		before, ok := prev.queues[a]
-		if !ok || secs <= 0 {
+		if !ok || ns <= 0 {
 			continue // new since the last look: no measurement yet
 		}
 		qs = append(qs, balance.Queue{Port: a.port.dev.Config().Name, Pair: a.pair, Worker: a.port.workers[a.pair].Load().id,
-			Load: float64(busy-before) / secs})
+			Load: float64(busy-before) / ns})
 		as = append(as, a)
 	}
 	cfg := balance.Config{Threshold: float64(d.rebal.Threshold) / 100, Improvement: float64(d.rebal.Improvement) / 100, CrossNUMA: d.rebal.CrossNUMA}
