@@ -42,7 +42,7 @@
 # Usage: hack/bench/flows.sh [--trials 3] [--duration 4] [--warmup 2]
 #          [--flows "1 2 4 8 16 32 64 128"] [--queues "1 2 4"] [--size 64]
 #          [--smoke] [--out DIR] [--mem auto|huge|nohuge]
-#          [--polling adaptive|busy|interrupt] [--cpus 0,1]
+#          [--polling adaptive|busy|interrupt] [--cpus 0,1] [--ring N]
 #   --smoke      1 trial, 1 s warm-up, 1 s window, 8 flows x 1 and 2 queue
 #                pairs (two runs, ~20 s): what CI runs
 #   --out DIR    results (default _output/bench/flows-<UTC time>): raw.tsv,
@@ -55,6 +55,8 @@
 #                its CPU to the testpmd beside it)
 #   --cpus A,B   generator lcore CPU, sink lcore CPU; the dataplane runs one
 #                worker on each (default 0,1)
+#   --ring N     virtio ring size of both testpmds' queues (virtio-user
+#                queue_size, --rxd, --txd; default: DPDK's, 256)
 # Environment: VHOSTMQ_DATAPLANE (default <repo>/bin/vhostmq-dataplane),
 #   VHOSTMQ_CTL (default <repo>/bin/vhostmqctl).  Needs root, 2 CPUs and
 #   hack/install-deps.sh (dpdk-dev, librte-net-virtio23, jq, python3).
@@ -66,7 +68,7 @@ source "$HERE/../lib.sh"
 VMQ_TAG=flows
 
 TRIALS=3 DURATION=4 WARMUP=2 FLOWS="1 2 4 8 16 32 64 128" QUEUES="1 2 4" SIZE=64
-SMOKE=0 OUT="" MEM=auto POLLING=adaptive CPUS=0,1
+SMOKE=0 OUT="" MEM=auto POLLING=adaptive CPUS=0,1 RING=""
 CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
 ARGS=("$@")
 while (($#)); do
@@ -82,6 +84,7 @@ while (($#)); do
         --mem) MEM=$2; shift 2 ;;
         --polling) POLLING=$2; shift 2 ;;
         --cpus) CPUS=$2; shift 2 ;;
+        --ring) RING=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
@@ -105,6 +108,10 @@ read -r -a Q_LIST <<<"${QUEUES//,/ }"
 ((${#FLOW_LIST[@]} > 0)) || vmq_die "--flows is empty"
 ((${#Q_LIST[@]} > 0)) || vmq_die "--queues is empty"
 for f in "${FLOW_LIST[@]}"; do posint --flows "$f"; done
+if [[ -n $RING ]]; then
+    posint --ring "$RING"
+    ((RING >= 64 && RING <= 4096 && (RING & (RING - 1)) == 0)) || vmq_die "--ring must be a power of 2 in 64..4096, not $RING"
+fi
 for q in "${Q_LIST[@]}"; do
     posint --queues "$q"
     ((q <= 8)) || vmq_die "--queues: $q queue pairs: at most 8"
@@ -149,6 +156,7 @@ FAILED=0
     echo "cpus generator=$GEN_CPU sink=$SINK_CPU workers=$GEN_CPU,$SINK_CPU (of $NCPU)"
     echo "vhostmq_polling $POLLING"
     echo "mem $MEM"
+    echo "ring ${RING:-default (256)}"
     echo "git $(git -C "$VMQ_REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$VMQ_REPO_ROOT" diff --quiet HEAD -- dataplane cmd 2>/dev/null || echo ' (dataplane/ or cmd/ modified)')"
     echo "dataplane $VMQ_DATAPLANE"
     echo "dpdk $(dpkg-query -W -f='${Version}' dpdk-dev 2>/dev/null || echo '?')"
@@ -225,7 +233,9 @@ run_one() {
     local gprefix=vmqf$$r${RUN_N}g sprefix=vmqf$$r${RUN_N}s api=$sdir/api.sock
     vmq_dpdk_track "$gprefix"
     vmq_dpdk_track "$sprefix"
-    local -a memw
+    local -a memw ringw=()
+    local qsz=""
+    [[ -n $RING ]] && qsz=",queue_size=$RING" ringw=(--rxd="$RING" --txd="$RING")
     if [[ $mem == huge ]]; then memw=(-m "$DPDK_MB" --single-file-segments); else memw=(--no-huge -m "$DPDK_MB"); fi
 
     {
@@ -247,13 +257,13 @@ run_one() {
     # interactive prompt, asleep on its fifo) on the other
     # shellcheck disable=SC2054  # commas are testpmd option syntax
     local -a gen_cmd=(stdbuf -oL dpdk-testpmd -l "$GEN_CPU,$SINK_CPU" --main-lcore "$SINK_CPU" --no-pci "${memw[@]}"
-        --file-prefix="$gprefix" --vdev "net_virtio_user0,path=$sdir/g.sock,queues=$q,mac=$MAC_G"
-        -- -i --nb-cores=1 --rxq="$q" --txq="$q" --forward-mode=flowgen --flowgen-flows="$flows"
+        --file-prefix="$gprefix" --vdev "net_virtio_user0,path=$sdir/g.sock,queues=$q,mac=$MAC_G$qsz"
+        -- -i --nb-cores=1 --rxq="$q" --txq="$q" "${ringw[@]}" --forward-mode=flowgen --flowgen-flows="$flows"
         --txpkts="$SIZE" --total-num-mbufs=32768)
     # shellcheck disable=SC2054
     local -a sink_cmd=(stdbuf -oL dpdk-testpmd -l "$SINK_CPU,$GEN_CPU" --main-lcore "$GEN_CPU" --no-pci "${memw[@]}"
-        --file-prefix="$sprefix" --vdev "net_virtio_user0,path=$sdir/s.sock,queues=$q,mac=$MAC_S"
-        -- -i --nb-cores=1 --rxq="$q" --txq="$q" --forward-mode=rxonly --txpkts=64
+        --file-prefix="$sprefix" --vdev "net_virtio_user0,path=$sdir/s.sock,queues=$q,mac=$MAC_S$qsz"
+        -- -i --nb-cores=1 --rxq="$q" --txq="$q" "${ringw[@]}" --forward-mode=rxonly --txpkts=64
         --eth-peer=0,"$MAC_G" --total-num-mbufs=32768)
     printf '%q ' "${dp_cmd[@]}" >"$rdir/dataplane.cmd"
     printf '%q ' "${gen_cmd[@]}" >"$rdir/gen.cmd"
