@@ -44,6 +44,8 @@ var (
 	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
 	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
 	descDHCP      = desc("dhcp_messages_total", "DHCP messages of a port's guest answered by the dataplane, by type (malformed: dropped; ignored: not ours to answer).", append(portLabels, "type"))
+	descOffload   = desc("queue_offload_frames_total", "Frames with offload metadata delivered to the pair's guest: gso_whole (a GSO frame passed whole), gso_segmented (a GSO frame segmented in software), csum_software (a partial checksum completed in software).", append(queueLabels, "offload"))
+	descUpOffload = desc("uplink_offload_frames_total", "Guest frames with offload metadata sent to the uplink: gso_whole (into the tap whole), gso_segmented and csum_software (done in software, af_xdp).", append(uplinkLabels, "offload"))
 	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (tap: its tap and bridge exist and are up; af_xdp: its NIC is up and runs the XDP program).", uplinkLabels)
 )
 
@@ -52,7 +54,7 @@ type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descMoves, descEnabled,
-		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP} {
+		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP, descOffload, descUpOffload} {
 		ch <- d
 	}
 }
@@ -72,7 +74,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range resp.Ports {
 		ns, pod := p.Labels["k8s.pod.namespace"], p.Labels["k8s.pod.name"]
 		gauge(descConnected, b2f(p.Connected), p.Id, ns, pod)
-		if ps, ok := a.dp.PortStats(p.Id); ok && ps.DHCP != nil {
+		ps, psOK := a.dp.PortStats(p.Id)
+		if ps, ok := ps, psOK; ok && ps.DHCP != nil {
 			d := ps.DHCP
 			for _, m := range []struct {
 				typ string
@@ -98,6 +101,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				{"bad_chain", d.BadChain}, {"mtu", d.Mtu}, {"runt", d.Runt}, {"no_destination", d.NoDestination}} {
 				counter(descDrops, float64(r.v), append(l, r.reason)...)
 			}
+			if psOK && int(q.Pair) < len(ps.Queues) { // offloads: from the dataplane's stats
+				qs := ps.Queues[q.Pair]
+				counter(descDrops, float64(qs.Drops.BadOffload), append(l, "bad_offload")...)
+				for _, k := range []struct {
+					kind string
+					v    uint64
+				}{{"gso_whole", qs.Offload.GSOWhole}, {"gso_segmented", qs.Offload.GSOSegmented}, {"csum_software", qs.Offload.CsumSoftware}} {
+					counter(descOffload, float64(k.v), append(l, k.kind)...)
+				}
+			}
 			counter(descKicks, float64(q.Kicks), l...)
 			counter(descCalls, float64(q.Calls), l...)
 			counter(descQBusy, float64(q.BusyNs)/1e9, l...)
@@ -122,8 +135,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			reason string
 			v      uint64
 		}{{"rx_no_network", u.RxNoNetwork}, {"rx_runt", u.RxRunt}, {"rx_no_destination", u.RxNoDestination},
-			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}} {
+			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}, {"rx_bad_offload", u.RxBadOffload}} {
 			counter(descUpDrops, float64(r.v), append(l, r.reason)...)
+		}
+		for _, k := range []struct {
+			kind string
+			v    uint64
+		}{{"gso_whole", u.TxGSOWhole}, {"gso_segmented", u.TxGSOSegmented}, {"csum_software", u.TxCsumSoftware}} {
+			counter(descUpOffload, float64(k.v), append(l, k.kind)...)
 		}
 		gauge(descUpHealthy, b2f(u.Healthy), l...)
 	}
