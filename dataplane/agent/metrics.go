@@ -75,7 +75,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ns, pod := p.Labels["k8s.pod.namespace"], p.Labels["k8s.pod.name"]
 		gauge(descConnected, b2f(p.Connected), p.Id, ns, pod)
 		ps, psOK := a.dp.PortStats(p.Id)
-		if ps, ok := ps, psOK; ok && ps.DHCP != nil {
+		if psOK && ps.DHCP != nil {
 			d := ps.DHCP
 			for _, m := range []struct {
 				typ string
