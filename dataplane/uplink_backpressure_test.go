@@ -17,14 +17,19 @@ import (
 // peerMAC2 is the source of the frames the peer node injects.
 var peerMAC2 = [6]byte{0x02, 0, 0, 0x77, 0, 9}
 
-// quietBed is newUplinkBed without IPv6: no neighbour discovery floods
+// quiet turns IPv6 off in the namespaces: no neighbour discovery floods
 // the guests' small RX rings (a flood that finds a ring full is dropped
 // and counted, which these tests count as a failure).
-func quietBed(t *testing.T) *uplinkBed {
-	b := newUplinkBed(t)
-	for _, ns := range []string{b.node, b.peer} {
+func quiet(t *testing.T, namespaces ...string) {
+	for _, ns := range namespaces {
 		nettest.Run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	}
+}
+
+// quietBed is newUplinkBed, quiet.
+func quietBed(t *testing.T) *uplinkBed {
+	b := newUplinkBed(t)
+	quiet(t, b.node, b.peer)
 	return b
 }
 
@@ -35,11 +40,12 @@ func withHeldLimit(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { heldLimit = old })
 }
 
-// peerSocket is an AF_PACKET socket on the peer node's end of the veth.
-func peerSocket(t *testing.T, b *uplinkBed) int {
+// peerSocket is an AF_PACKET socket on the peer node's end of the veth
+// (vB in both beds).
+func peerSocket(t *testing.T, peer string) int {
 	t.Helper()
 	var fd int
-	nettest.In(t, b.peer, func() {
+	nettest.In(t, peer, func() {
 		var err error
 		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -84,8 +90,8 @@ func injectSeq(t *testing.T, fd int, dst [6]byte, first, n int) {
 	}
 }
 
-// learnOnPeer makes the node's bridge and the dataplane's uplink know the
-// guest: one broadcast out through the tap.
+// learnOnPeer makes the uplink (and the node's bridge) know the guest:
+// one broadcast out through it.
 func learnOnPeer(t *testing.T, d *Dataplane, f *frontend.Frontend, mac [6]byte) {
 	t.Helper()
 	if err := f.Send(0, ipFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac)); err != nil {
@@ -103,31 +109,43 @@ func guestRX(t *testing.T, d *Dataplane, name string) *netdev.Counters {
 	return &p.Vrings()[0].Counters
 }
 
-// TestTapUplinkBackpressure: frames from the tap for a guest whose RX
-// ring is full wait in the tap (the worker stops reading it, and sleeps)
-// and arrive, all and in order, when the guest gives buffers back: its
-// RX kick wakes the worker (heldLimit is far away, so a lost wake-up
-// fails the test). With and without EVENT_IDX.
-func TestTapUplinkBackpressure(t *testing.T) {
+// TestUplinkBackpressure: frames from the uplink for a guest whose RX
+// ring is full wait in the device (the tap's queue, the AF_XDP RX ring:
+// the worker stops reading it, and sleeps) and arrive, all and in order,
+// when the guest gives buffers back: its RX kick wakes the worker
+// (heldLimit is far away, so a lost wake-up fails the test). Tap and
+// af_xdp, with and without EVENT_IDX.
+func TestUplinkBackpressure(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		features uint64
+		xdp      bool
 	}{
-		{"event_idx", frontend.DefaultFeatures},
-		{"no_event_idx", frontend.DefaultFeatures &^ (1 << virtio.FEventIdx)},
+		{"tap/event_idx", frontend.DefaultFeatures, false},
+		{"tap/no_event_idx", frontend.DefaultFeatures &^ (1 << virtio.FEventIdx), false},
+		{"af_xdp/event_idx", frontend.DefaultFeatures, true},
+		{"af_xdp/no_event_idx", frontend.DefaultFeatures &^ (1 << virtio.FEventIdx), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			withHeldLimit(t, time.Minute)
-			b := quietBed(t)
-			d := uplinkDataplane(t, b.node)
+			var d *Dataplane
+			var peer string
+			if tc.xdp {
+				b := newXDPBed(t)
+				quiet(t, b.node, b.peer)
+				d, peer = xdpDataplane(t, b.node, "vA"), b.peer
+			} else {
+				b := quietBed(t)
+				d, peer = uplinkDataplane(t, b.node), b.peer
+			}
 			const ring, frames = 8, 64
 			a := dial(t, addPortOpt(t, d, "a", PortOptions{Network: "red", Uplink: true, Polling: PollInterrupt}),
 				frontend.Config{QueueSize: ring, Features: tc.features})
 			learnOnPeer(t, d, a, macA)
-			injectSeq(t, peerSocket(t, b), macA, 0, frames)
+			injectSeq(t, peerSocket(t, peer), macA, 0, frames)
 
 			// the ring's worth is delivered, one frame is held, the rest
-			// stays in the tap; the workers sleep
+			// stays in the device; the workers sleep
 			waitFor(t, "a full RX ring and a held frame", func() bool { s, _ := d.UplinkStats(); return s.RxPackets >= ring+1 })
 			waitFor(t, "sleeping workers", func() bool {
 				for _, w := range d.workers {
@@ -146,7 +164,7 @@ func TestTapUplinkBackpressure(t *testing.T) {
 			}
 			for i, f := range got {
 				if seq, ok := frameSeq(f); !ok || seq != uint32(i) {
-					t.Fatalf("frame %d: seq %d (ours: %v), want %d", i, seq, ok, i)
+					t.Fatalf("frame %d: seq %d (ours: %v), want %d: % x", i, seq, ok, i, f[:min(len(f), 64)])
 				}
 			}
 			rx := guestRX(t, d, "a")
@@ -178,7 +196,7 @@ func TestTapUplinkHeldLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fd := peerSocket(t, b)
+	fd := peerSocket(t, b.peer)
 	injectSeq(t, fd, macA, 0, 32)
 	injectSeq(t, fd, macC, 100, 4)
 

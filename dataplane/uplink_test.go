@@ -27,7 +27,9 @@ func newUplinkBed(t *testing.T) *uplinkBed {
 	b := &uplinkBed{node: fmt.Sprintf("vmqn%d", os.Getpid()), peer: fmt.Sprintf("vmqp%d", os.Getpid())}
 	nettest.AddNetns(t, b.node, b.peer)
 	for _, ns := range []string{b.node, b.peer} {
-		nettest.Run(t, "ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+		// no multicast snooping: a snooping bridge joins 224.0.0.106 and
+		// reports it (IGMP) to the guests
+		nettest.Run(t, "ip", "-n", ns, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
 		nettest.Run(t, "ip", "-n", ns, "link", "set", "br0", "up")
 	}
 	nettest.Run(t, "ip", "-n", b.node, "link", "add", "vA", "type", "veth", "peer", "name", "vB", "netns", b.peer)
