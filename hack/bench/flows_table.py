@@ -177,6 +177,18 @@ def main():
             if q != base:
                 line += " %s %% |" % f(avg[q], "%+.0f")
         lines.append(line + " | |")
+        # the switch's side: what it took from the generator, and what of
+        # it found the sink's RX ring full
+        lines += ["", "| flows |" + "".join(" %d qp switched Mpps | %d qp sink ring full, Mpps |" % (q, q) for q in queues)
+                  + " CPU %% gen/sink/dataplane (%s qp) |" % "; ".join(str(q) for q in queues),
+                  "|---:|" + "---:|---:|" * len(queues) + "---|"]
+        for row in table:
+            line = "| %d |" % row["flows"]
+            for q in queues:
+                c = row["cells"][q]
+                line += " %s | %s |" % (f(c["switched"], "%.3f"), f(None if c["nobuf"] is None else c["nobuf"] / 1e6, "%.3f"))
+            line += " %s |" % "; ".join("/".join(f(x, "%.0f") for x in row["cells"][q]["cpu"]) for q in queues)
+            lines.append(line)
         with open(md, "w") as fh:
             fh.write("\n".join(lines) + "\n")
 
