@@ -51,7 +51,7 @@
 # status, events, the launcher's logs and the dataplane's log kept in the
 # log folder; the one exception is QEMU's own multi-threaded TCG abort at
 # boot (iotlb_to_section assertion, qemu#3040, seen with the 4-vCPU vm1
-# in about one run in four), which is named and followed into KubeVirt's
+# in 2 of 5 runs on 2026-11-30), which is named and followed into KubeVirt's
 # restart of the VM, at most twice.
 # Prints timings and ends with "N passed, N failed"; exit status 1 if any
 # check failed.
