@@ -14,13 +14,28 @@
 #           pings must resume without restarting the guests.  Outage measured.
 #   both    server, then client (default)
 #
+# Offloads (checksum, TSO, ECN negotiated with the dataplane):
+#   on      both guests use them: their TCP segments cross whole (64 KiB GSO
+#           frames, one copy); asserted: gsoWhole>0 at both ports
+#   off     both guests turn them off (ethtool -K, vmq.offloads=off): plain
+#           frames; asserted: no GSO frame and no partial checksum seen
+#   mixed   guest b's NIC negotiates no GUEST_* offload (QEMU guest_csum=off,
+#           guest_tso4/6=off, guest_ecn=off): what a sends b is segmented
+#           and checksummed by the dataplane; asserted: gsoSegmented>0 and
+#           csumSoftware>0 at b, gsoWhole>0 at a (b still sends TSO)
+#   Every mode: no frame dropped for a bad offload header.
+#
 # Asserted: both guests use N rx + N tx queues; ping works; iperf3 succeeds
 # both ways with a rate > 0 (TCG-bound, ~0.5 Gbit/s); in the dataplane's
 # stats file ALL N queue pairs of BOTH ports have rxPackets>0 and
-# txPackets>0; the dataplane exits 0 on SIGTERM; reconnect recovers.
+# txPackets>0; the offload counters above; the dataplane exits 0 on
+# SIGTERM; reconnect recovers.
 #
 # Usage: hack/e2e-qemu.sh [--role server|client|both] [--queues 4] [--keep DIR]
 #          [--streams 32] [--time 5] [--reconnect auto|yes|no] [--down 2]
+#          [--offloads on|off|mixed]
+#   --role both    two runs: server with offloads on, client with offloads
+#                  off (and the reconnect test); --offloads is ignored then
 #   --keep DIR     work dir for logs, configs, sockets and stats (default: a
 #                  new /tmp/vhostmq-e2e-qemu.XXXXXX); printed at the end, kept
 #   --reconnect    auto = only in the client role
@@ -33,7 +48,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-ROLE=both QUEUES=4 WORK="" STREAMS=32 ITIME=5 RECONNECT=auto DOWN=2
+ROLE=both QUEUES=4 WORK="" STREAMS=32 ITIME=5 RECONNECT=auto DOWN=2 OFFLOADS=on
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -44,6 +59,7 @@ while (($#)); do
         --time) ITIME=$2; shift 2 ;;
         --reconnect) RECONNECT=$2; shift 2 ;;
         --down) DOWN=$2; shift 2 ;;
+        --offloads) OFFLOADS=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
@@ -51,6 +67,7 @@ done
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
 [[ $RECONNECT =~ ^(auto|yes|no)$ ]] || vmq_die "--reconnect must be auto, yes or no"
+[[ $OFFLOADS =~ ^(on|off|mixed)$ ]] || vmq_die "--offloads must be on, off or mixed"
 vmq_need_root
 if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-qemu.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
 vmq_init
@@ -60,16 +77,18 @@ vmq_build_guest
 # ---------------------------------------------------------------- both: one child run per role
 if [[ $ROLE == both ]]; then
     rcs=()
-    for r in server client; do
+    RUNS=(server:on client:off)
+    for run in "${RUNS[@]}"; do
+        r=${run%:*} o=${run#*:}
         rest=()
         skip=0
-        for a in "${ARGS[@]}"; do # the same options minus --role/--keep
+        for a in "${ARGS[@]}"; do # the same options minus --role/--keep/--offloads
             if ((skip)); then skip=0; continue; fi
-            case $a in --role | --keep) skip=1; continue ;; esac
+            case $a in --role | --keep | --offloads) skip=1; continue ;; esac
             rest+=("$a")
         done
-        vmq_log "===== role $r ====="
-        "$BASH" "$HERE/e2e-qemu.sh" "${rest[@]}" --role "$r" --keep "$WORK/$r" &
+        vmq_log "===== role $r, offloads $o ====="
+        "$BASH" "$HERE/e2e-qemu.sh" "${rest[@]}" --role "$r" --offloads "$o" --keep "$WORK/$r-$o" &
         pid=$!
         vmq_track "$pid"
         rc=0
@@ -79,18 +98,21 @@ if [[ $ROLE == both ]]; then
     echo
     echo "===== vhostmq e2e-qemu summary ($(vmq_elapsed "$T0") s) ====="
     {
-        echo "role queues boot_a/b_s ping_rtt_avg_ms fwd_gbit/s rev_gbit/s reconnect first_reply_s outage_s result"
+        echo "role offloads queues boot_a/b_s ping_rtt_avg_ms fwd_gbit/s rev_gbit/s gso_whole_a/b gso_segmented_b reconnect first_reply_s outage_s result"
         i=0
-        for r in server client; do
-            unset role queues boot_s_a boot_s_b rtt_ms gbps_forward gbps_reverse reconnect reconnect_first_ok_s reconnect_outage_s
+        for run in "${RUNS[@]}"; do
+            r=${run%:*} o=${run#*:}
+            unset role queues boot_s_a boot_s_b rtt_ms gbps_forward gbps_reverse reconnect reconnect_first_ok_s reconnect_outage_s \
+                gso_whole_a gso_whole_b gso_segmented_b
             # shellcheck disable=SC1090
-            [[ -f $WORK/$r/result.env ]] && source "$WORK/$r/result.env"
+            [[ -f $WORK/$r-$o/result.env ]] && source "$WORK/$r-$o/result.env"
             avg=${rtt_ms:-?/?/?}
             avg=${avg#*/}
             avg=${avg%/*}
             res=PASS
             [[ ${rcs[i]} == 0 ]] || res="FAIL(rc=${rcs[i]})"
-            echo "$r ${queues:-?} ${boot_s_a:-?}/${boot_s_b:-?} ${avg:-?} ${gbps_forward:-?} ${gbps_reverse:-?}" \
+            echo "$r $o ${queues:-?} ${boot_s_a:-?}/${boot_s_b:-?} ${avg:-?} ${gbps_forward:-?} ${gbps_reverse:-?}" \
+                "${gso_whole_a:-?}/${gso_whole_b:-?} ${gso_segmented_b:-?}" \
                 "${reconnect:--} ${reconnect_first_ok_s:--} ${reconnect_outage_s:--} $res"
             i=$((i + 1))
         done
@@ -110,10 +132,61 @@ DO_RECONNECT=0
 AROLES=client,idle   # stay up: the host checks "connected" and stops the guests itself
 ((DO_RECONNECT)) && AROLES=client,pinger
 
+GUEST_ARGS=("vmq.streams=$STREAMS" "vmq.time=$ITIME")
+case $OFFLOADS in
+    off) GUEST_ARGS+=(vmq.offloads=off) ;;
+    mixed) VMQ_GUEST_DEV_OPTS[b]=guest_csum=off,guest_tso4=off,guest_tso6=off,guest_ecn=off ;;
+esac
+
+# offload_counters: the per-port offload counters (summed over queue pairs)
+# from the stats file into VMQ_RES, then the assertions of the mode
+offload_counters() {
+    local g k v
+    local -A names=([gsoWhole]=gso_whole [gsoSegmented]=gso_segmented [csumSoftware]=csum_software [badOffload]=bad_offload)
+    for g in a b; do
+        for k in "${!names[@]}"; do
+            v=$(jq -r --arg p "$g" --arg k "$k" '[.ports[] | select(.name == $p) | .queues[] |
+                (.offload[$k] // .drops[$k] // 0)] | add // 0' "$VMQ_TG_STATS" 2>/dev/null)
+            vmq_res "${names[$k]}_$g" "${v:-?}"
+        done
+    done
+    vmq_log "offload counters: gso whole a/b ${VMQ_RES[gso_whole_a]}/${VMQ_RES[gso_whole_b]}," \
+        "segmented a/b ${VMQ_RES[gso_segmented_a]}/${VMQ_RES[gso_segmented_b]}," \
+        "checksums completed a/b ${VMQ_RES[csum_software_a]}/${VMQ_RES[csum_software_b]}," \
+        "bad headers a/b ${VMQ_RES[bad_offload_a]}/${VMQ_RES[bad_offload_b]}"
+    gt0() { [[ ${VMQ_RES[$1]} =~ ^[0-9]+$ ]] && ((VMQ_RES[$1] > 0)); }
+    is0() { [[ ${VMQ_RES[$1]} == 0 ]]; }
+    for g in a b; do is0 "bad_offload_$g" || vmq_fail "offloads: port $g dropped ${VMQ_RES[bad_offload_$g]} frames for bad offload headers"; done
+    case $OFFLOADS in
+        on)
+            for g in a b; do gt0 "gso_whole_$g" || vmq_fail "offloads on: no GSO frame reached $g whole"; done
+            for g in a b; do is0 "gso_segmented_$g" || vmq_fail "offloads on: ${VMQ_RES[gso_segmented_$g]} GSO frames segmented for $g, which takes them whole"; done
+            ;;
+        off)
+            for g in a b; do
+                for k in gso_whole gso_segmented csum_software; do
+                    is0 "${k}_$g" || vmq_fail "offloads off: $k at $g is ${VMQ_RES[${k}_$g]}, want 0"
+                done
+            done
+            ;;
+        mixed)
+            gt0 gso_segmented_b || vmq_fail "offloads mixed: no GSO frame segmented for b"
+            gt0 csum_software_b || vmq_fail "offloads mixed: no checksum completed for b"
+            gt0 gso_whole_a || vmq_fail "offloads mixed: no GSO frame reached a whole"
+            is0 gso_whole_b || vmq_fail "offloads mixed: ${VMQ_RES[gso_whole_b]} GSO frames reached b whole, which takes none"
+            ;;
+    esac
+}
+
 vmq_tg_setup "$WORK" "$ROLE" "$QUEUES"
-vmq_log "work dir $WORK, backend $VMQ_BACKEND, $QUEUES queue pairs, guest a roles $AROLES"
-vmq_tg_boot "$AROLES" "vmq.streams=$STREAMS" "vmq.time=$ITIME"
+vmq_log "work dir $WORK, backend $VMQ_BACKEND, $QUEUES queue pairs, guest a roles $AROLES, offloads $OFFLOADS"
+vmq_res offloads "$OFFLOADS"
+vmq_tg_boot "$AROLES" "${GUEST_ARGS[@]}"
+for g in a b; do
+    vmq_log "guest $g offloads: $(vmq_result_line "${VMQ_GUEST_LOG[$g]}" offloads)"
+done
 if vmq_tg_traffic; then
+    offload_counters
     ((DO_RECONNECT)) && vmq_tg_reconnect "$DOWN"
 elif ((DO_RECONNECT)); then
     vmq_res reconnect skipped

@@ -519,13 +519,15 @@ vmq_guest_env() {
     [[ -n $GUEST_KERNEL && -f $GUEST_KERNEL ]] || GUEST_KERNEL=$GUEST_BZIMAGE
 }
 
-declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=()
+declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=()
 # vmq_guest_start NAME SOCKET connect|listen MAC QUEUES SECONDS WORKDIR CMDLINE...
 #   Boots a 1-vCPU, 512 MiB TCG guest whose only NIC is a vhost-user
 #   virtio-net-pci with QUEUES queue pairs.  connect: QEMU dials SOCKET and
 #   redials every second (reconnect=1); listen: QEMU listens (server=on,wait=off).
 #   CMDLINE words are appended to the kernel command line (vmq.* keys, see
 #   hack/guest/init).  Serial console: WORKDIR/guest-NAME.log.
+#   VMQ_GUEST_DEV_OPTS[NAME], if set, is appended to the virtio-net-pci
+#   options (e.g. guest_tso4=off,guest_csum=off).
 vmq_guest_start() {
     local name=$1 sock=$2 mode=$3 mac=$4 nq=$5 secs=$6 work=$7 chr mq=on
     shift 7
@@ -547,7 +549,7 @@ vmq_guest_start() {
         -append "${VHOSTMQ_GUEST_CMDLINE:-console=ttyS0 panic=-1 loglevel=4} vmq.name=$name vmq.queues=$nq $*"
         -chardev "$chr"
         -netdev "vhost-user,id=net0,chardev=chr0,queues=$nq"
-        -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0"
+        -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0${VMQ_GUEST_DEV_OPTS[$name]:+,${VMQ_GUEST_DEV_OPTS[$name]}}"
         -serial "file:${VMQ_GUEST_LOG[$name]}")
     printf '%q ' "${qemu[@]}" >"$work/guest-$name.cmd"
     echo >>"$work/guest-$name.cmd"
