@@ -205,7 +205,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		cpus = append(cpus, s.cpu)
 	}
 	opt := dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling), Network: spec.Network, VLAN: int(spec.Vlan),
-		Uplink: spec.Uplink == UplinkTap}
+		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP}
 	if spec.Dhcp {
 		if opt.DHCP, err = leaseOf(spec); err != nil {
 			return nil, err // validated above: not reached

@@ -297,6 +297,12 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 	if _, err := e.create(s); err != nil {
 		t.Fatal(err)
 	}
+	// ns1/red is on the uplink, untagged: another network cannot be
+	sv := e.spec("uv", 1)
+	sv.Network, sv.Uplink = "ns1/violet", "af_xdp"
+	if _, err := e.create(sv); err == nil || !strings.Contains(err.Error(), `vlan: 0 is used on the uplink by network "ns1/red"`) {
+		t.Errorf("a second untagged network on the af_xdp uplink: %v", err)
+	}
 	sj := e.spec("uj", 1)
 	sj.Network, sj.Uplink, sj.Mtu = "ns1/red", "af_xdp", 1600
 	if _, err := e.create(sj); code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `spec.mtu: 1600 is more than the af_xdp uplink carries: 1500 (the MTU of vx0)`) {
