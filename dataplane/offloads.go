@@ -110,7 +110,7 @@ func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) (full *netdev
 		out.Flags = offload.FDataValid // complete and checked below
 	}
 	switch {
-	case caps&need == need:
+	case caps&need == need: // DATA_VALID alone (from the tap) needs nothing
 		out = *h
 		out.NumBuffers = 1
 		if caps&offload.CapCsum == 0 {
@@ -151,12 +151,6 @@ func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) (full *netdev
 			return rv
 		}
 		rv.Counters.CsumSoftware.Add(1)
-	default: // DATA_VALID only (from the tap)
-		out.Flags &= h.Flags
-		out.Encode(o.hdr[:])
-		if rv, ok := w.putBuf(dst, frame, &o.hdr, hash); !ok {
-			return rv
-		}
 	}
 	return nil
 }
