@@ -156,6 +156,21 @@ NCPU=$(nproc)
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 RAW=$OUT/raw.tsv
+# vhostmq's /metrics (Go runtime counters around each window)
+METRICS_PORT=${VHOSTMQ_BENCH_METRICS_PORT:-19473}
+# go_runtime_counters: "GC_CYCLES MALLOCS" of the running dataplane, or "NA NA"
+go_runtime_counters() {
+    "$VMQ_PY" - "$METRICS_PORT" <<'PY' 2>/dev/null || echo "NA NA"
+import sys, urllib.request
+body = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
+v = {}
+for line in body.splitlines():
+    name, _, val = line.partition(" ")
+    if name in ("go_gc_duration_seconds_count", "go_memstats_mallocs_total"):
+        v[name] = int(float(val))
+print(v["go_gc_duration_seconds_count"], v["go_memstats_mallocs_total"])
+PY
+}
 vmq_init
 # sockets live in a short private directory (AF_UNIX paths are short)
 WORK=$(mktemp -d /tmp/vmqbench.XXXXXX)
@@ -191,7 +206,7 @@ FAILED=0
     echo "psi_cpu_at_start $(vmq_cpu_psi)"
 } >"$OUT/meta.txt"
 
-printf '%s\n' "trial	config	backend	mpps	cpu_pct	be_mpps	fe_cpu_pct	psi_some_avg10	busy_pct	be_drop_pps	src_drop_pct	window_s	mem	started_utc	status" >"$RAW"
+printf '%s\n' "trial	config	backend	mpps	cpu_pct	be_mpps	fe_cpu_pct	psi_some_avg10	busy_pct	be_drop_pps	src_drop_pct	window_s	mem	started_utc	status	gc_cycles	mallocs_per_frame" >"$RAW"
 
 # ---------------------------------------------------------------- helpers
 # untrack PID: forget a process once it is reaped, so that the exit trap
@@ -305,6 +320,7 @@ run_one() {
             echo "apiSocket: $sdir/api.sock"
             echo "stateDir: $sdir/state"
             echo "logLevel: info"
+            echo "metricsAddress: 127.0.0.1:$METRICS_PORT"
             echo "ports:"
             for ((i = 0; i < nports; i++)); do
                 echo "  - {name: ${names[i]}, socket: ${socks[i]}, role: $([[ $ROLE == server ]] && echo server || echo client)," \
@@ -398,12 +414,13 @@ run_one() {
 
     phase frontend_forwarding
     # --- the window
-    local mpps=NA cpu=NA be_mpps=NA fe_cpu=NA psi=NA busy=NA drops=NA srcdrop=NA win=NA
+    local mpps=NA cpu=NA be_mpps=NA fe_cpu=NA psi=NA busy=NA drops=NA srcdrop=NA win=NA gc=NA mpf=NA
     if [[ $status == ok ]]; then
         sleep "$WARMUP"
         local -a specs=("dpdk:fe:$fprefix:$nports" "proc:fe:$fe_real" "proc:be:$be_real")
         [[ $be == dpdk ]] && specs+=("dpdk:be:$bprefix:$nports")
-        local ctl_pid=""
+        local ctl_pid="" m0=""
+        [[ $be == vhostmq ]] && m0=$(go_runtime_counters)
         if [[ $be == vhostmq ]]; then
             timeout $((DURATION + 20)) "$CTL" --socket "$sdir/api.sock" --timeout 10s -o json stats --interval "${DURATION}s" \
                 >"$rdir/vhostmq-stats.json" 2>"$rdir/vhostmqctl.err" &
@@ -428,6 +445,7 @@ run_one() {
             wait "$ctl_pid" || fail "vhostmqctl stats: $(tail -n 1 "$rdir/vhostmqctl.err")"
             untrack "$ctl_pid"
         fi
+        [[ $be == vhostmq ]] && echo "$m0 $(go_runtime_counters)" >"$rdir/go-runtime.txt"
         for pid in "${perf_pids[@]}"; do
             wait "$pid" || vmq_log "$id: perf record failed (see $rdir/perf-*.log)"
             untrack "$pid"
@@ -473,6 +491,17 @@ run_one() {
                elif $v[0] then [$v[0].ports[].total.rates.drops_per_second | .total - .no_destination] | add | round
                else "NA" end) ] | @tsv' "$rdir/window.json") || fail "cannot read the window's counters"
         awk -v m="$mpps" 'BEGIN { exit !(m > 0) }' || fail "no frames in the window (frontend counted $mpps Mpps)"
+        # the Go runtime's GC cycles and heap allocations over the window
+        # (from the dataplane's /metrics, read just before and after it):
+        # the gRPC stats call and the scrapes allocate a little; the frames
+        # must not
+        if [[ -s $rdir/go-runtime.txt ]]; then
+            read -r gc mpf < <(awk -v fps="$be_mpps" -v w="$win" '
+                NF == 4 && $1 != "NA" && $3 != "NA" {
+                    frames = fps * 1e6 * w
+                    printf "%d %s\n", $3 - $1, (frames > 0 ? sprintf("%.6f", ($4 - $2) / frames) : "NA"); ok = 1 }
+                END { if (!ok) print "NA NA" }' "$rdir/go-runtime.txt")
+        fi
     fi
     if [[ $topo == h2g && $be == dpdk ]]; then srcdrop=$(src_drop_pct "$rdir/backend.log"); else srcdrop=$(src_drop_pct "$rdir/frontend.log"); fi
     local side
@@ -487,8 +516,8 @@ run_one() {
     rm -rf -- "$sdir"
 
     [[ $status == ok ]] || FAILED=$((FAILED + 1))
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$trial" "$cfg" "$be" "$mpps" "$cpu" "$be_mpps" \
-        "$fe_cpu" "$psi" "$busy" "$drops" "$srcdrop" "$win" "$mem" "$started" "${status// /_}" >>"$RAW"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$trial" "$cfg" "$be" "$mpps" "$cpu" "$be_mpps" \
+        "$fe_cpu" "$psi" "$busy" "$drops" "$srcdrop" "$win" "$mem" "$started" "${status// /_}" "$gc" "$mpf" >>"$RAW"
     vmq_log "$(printf '%-16s %-8s %8s Mpps (backend counted %s, cpu %s%%, busy %s%%, psi %s, src drop %s%%) %s' \
         "$cfg" "$be" "$mpps" "$be_mpps" "$cpu" "$busy" "$psi" "$srcdrop" "$status")"
 }

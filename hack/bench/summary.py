@@ -123,6 +123,14 @@ def main():
     tail += "; failed runs: %d of %d" % (fails, len(rows))
     if psis:
         tail += "; CPU PSI some avg10 min/median/max %.1f/%.1f/%.1f %%" % (psis[0], statistics.median(psis), psis[-1])
+    gcs = [(num(r.get("gc_cycles")), num(r.get("mallocs_per_frame"))) for r in ok if r["backend"] == "vhostmq"]
+    gcs = [g for g in gcs if g[0] is not None]
+    if gcs:
+        tail += ("\nvhostmq Go runtime in the windows (its /metrics before and after): GC cycles max %d, "
+                 "%d of %d windows without one; heap allocations per forwarded frame max %s "
+                 "(the stats call and the scrapes included)") % (
+            max(g[0] for g in gcs), sum(1 for g in gcs if g[0] == 0), len(gcs),
+            f(max((g[1] for g in gcs if g[1] is not None), default=None), "%.6f"))
     print(tail)
     print("h2g: DPDK = txonly on its vhost port (pure enqueue); vhostmq = port->port b->a through the switch "
           "(it cannot originate frames): not like for like, see p2p1.")
