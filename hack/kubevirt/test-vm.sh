@@ -284,7 +284,13 @@ spec:
             networkName: $DS_NS/vhu-net
 EOF
 }
-launcher() { k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
+# launcher VM: the VM's virt-launcher pod that is not being deleted
+launcher() {
+    local n
+    n=$(k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=$1" -o json 2>/dev/null |
+        jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.name][0] // empty') || return 1
+    [[ -n $n ]] && echo "$n"
+}
 vmi_phase() { k -n "$NS" get vmi "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 vmi_uid() { k -n "$NS" get vmi "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null; }
 console() { k -n "$NS" logs "${POD[$1]}" -c guest-console-log >"$OUT/console-$1.log" 2>/dev/null; }
