@@ -268,3 +268,27 @@ func FuzzParseCPUList(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCompute: a plan for 128 pairs on 8 workers of 2 nodes, all
+// nodes overloaded on one worker.
+func BenchmarkCompute(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	ws := make([]Worker, 8)
+	for i := range ws {
+		ws[i] = Worker{ID: i, CPU: i, NUMA: i % 2}
+	}
+	qs := make([]Queue, 128)
+	for i := range qs {
+		w := 0
+		if i%2 == 1 {
+			w = 1
+		}
+		if i%8 == 0 {
+			w = r.IntN(8)
+		}
+		qs[i] = Queue{Port: string(rune('a' + i%26)), Pair: i, Worker: w, Load: r.Float64() * 0.1}
+	}
+	for b.Loop() {
+		Compute(ws, qs, Config{Threshold: 0.95, Improvement: 0.25})
+	}
+}
