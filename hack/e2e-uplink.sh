@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of the tap uplink and of DHCP for guests (issue #9).
+# End-to-end test of the uplinks (tap and af_xdp) and of DHCP for guests
+# (issue #9).
 #
 # Two "nodes": network namespaces n1 and n2, each with a Linux bridge br0,
 # joined by a veth pair between the bridges. Each node runs its own
@@ -17,16 +18,26 @@
 # reverse); a cannot reach c (VLAN isolation); both uplinks counted
 # traffic; every dataplane exits 0 on SIGTERM.
 #
+# Then the af_xdp uplink: a second veth pair xA (n1) - xB (n2), in no
+# bridge; a dataplane per node with `uplink.af_xdp` on its end (XDP in the
+# veth driver, copy-mode sockets: a veth has no zero-copy, and the run
+# says so with the kernel's reason); guests xa (n1) and xb (n2) on network
+# t10, VLAN 10, get their addresses by DHCP from their dataplanes, and xa
+# pings xb and runs the same iperf3 across.
+#
 # Then, in the same run, what a user would pick instead: the same three
 # guests on plain taps in the same bridges (kernel forwarding; QEMU's own
 # virtio-net backend, vhost=off: this machine has no /dev/vhost-net),
-# static addresses, the same iperf3 a->b; both rates are printed side by
-# side (measured, not asserted beyond > 0).
+# static addresses, the same iperf3 a->b; the rates are printed side by
+# side with the guests' RX-ring-full drops (measured, not asserted beyond
+# > 0).
 #
-# Usage: hack/e2e-uplink.sh [--keep DIR] [--time 5] [--streams 4] [--polling interrupt]
+# Usage: hack/e2e-uplink.sh [--keep DIR] [--time 5] [--streams 4] [--polling interrupt] [--offloads on]
 #   --polling  the ports' polling mode (default interrupt: two dataplanes
 #              and three TCG guests share this machine's CPUs, and a
 #              polling worker takes CPU the guests need)
+#   --offloads on: the guests' NICs as negotiated (TSO/checksum offloads);
+#              off: every guest sends plain MTU-sized frames (ethtool -K)
 # Needs root, QEMU and the guest image (hack/install-deps.sh); heavy: run
 # it under `flock /tmp/vhostmq-heavy.lock`. Exit status 0 when every
 # assertion held.
@@ -35,13 +46,14 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-WORK="" ITIME=5 STREAMS=4 POLLING=interrupt
+WORK="" ITIME=5 STREAMS=4 POLLING=interrupt OFFLOADS=on
 while (($#)); do
     case $1 in
         --keep) WORK=$2; shift 2 ;;
         --time) ITIME=$2; shift 2 ;;
         --streams) STREAMS=$2; shift 2 ;;
         --polling) POLLING=$2; shift 2 ;;
+        --offloads) OFFLOADS=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
@@ -68,10 +80,13 @@ ip -n "$N1" link add vA type veth peer name vB netns "$N2"
 ip -n "$N1" link set vA master br0 up
 ip -n "$N2" link set vB master br0 up
 
-# node N NETNS: a dataplane in NETNS with the tap uplink on br0
+# node NAME NETNS [IFACE]: a dataplane in NETNS with the tap uplink on br0,
+# or with IFACE: the af_xdp uplink on IFACE
 declare -A DP_PID=() API=()
 node() {
-    local name=$1 ns=$2 dir=$WORK/$1
+    local name=$1 ns=$2 iface=${3:-} dir=$WORK/$1 up
+    up=$'  tap:\n    name: vmqup0\n    attach: br0'
+    [[ -z $iface ]] || up=$'  af_xdp:\n    interface: '$iface
     mkdir -p "$dir/s"
     API[$name]=$dir/api.sock
     cat >"$dir/config.yaml" <<EOF
@@ -82,9 +97,7 @@ socketRoot: $dir/s
 statsFile: $dir/stats.json
 logLevel: ${VHOSTMQ_LOG_LEVEL:-info}
 uplink:
-  tap:
-    name: vmqup0
-    attach: br0
+$up
 EOF
     vmq_bg "$dir/dataplane.log" 600 ip netns exec "$ns" "$WORK/bin/vhostmq-dataplane" --config "$dir/config.yaml"
     DP_PID[$name]=$VMQ_BG_PID
@@ -93,30 +106,17 @@ EOF
 }
 ctl() { local n=$1; shift; "$WORK/bin/vhostmqctl" --socket "${API[$n]}" "$@"; }
 
-# port NODE NAME VLAN ADDRESS MAC: a server-role port on network t<VLAN>
+# port NODE NAME VLAN ADDRESS MAC [UPLINK]: a server-role port on network
+# t<VLAN> with the uplink (default tap)
 port() {
-    local n=$1 name=$2 vlan=$3 addr=$4 mac=$5
+    local n=$1 name=$2 vlan=$3 addr=$4 mac=$5 uplink=${6:-tap}
     ctl "$n" port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" --polling "$POLLING" \
-        --network "t$vlan" --vlan "$vlan" --uplink tap --dhcp --address "$addr" --gateway 10.10.0.1 --dns 10.10.0.1 >/dev/null ||
+        --network "t$vlan" --vlan "$vlan" --uplink "$uplink" --dhcp --address "$addr" --gateway 10.10.0.1 --dns 10.10.0.1 >/dev/null ||
         vmq_die "node $n: port add $name failed"
 }
 
-node n1 "$N1"
-node n2 "$N2"
-port n1 a 10 10.10.0.2/24 52:54:00:10:00:02
-port n2 b 10 10.10.0.3/24 52:54:00:10:00:03
-port n2 c 20 10.10.0.4/24 52:54:00:20:00:04
-
-COMMON=("vmq.ip=dhcp" "vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200")
-vmq_guest_start b "$WORK/n2/s/b/vhu.sock" connect 52:54:00:10:00:03 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
-vmq_guest_start c "$WORK/n2/s/c/vhu.sock" connect 52:54:00:20:00:04 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
-vmq_guest_start a "$WORK/n1/s/a/vhu.sock" connect 52:54:00:10:00:02 1 240 "$WORK" \
-    vmq.role=client,noreach vmq.peer=10.10.0.3 vmq.noreach=10.10.0.4 "${COMMON[@]}"
-
-for g in b c a; do
-    vmq_guest_wait "$g" 'VHOSTMQ-RESULT dhcp' 150 || vmq_fail "guest $g: no DHCP result"
-done
-check_dhcp() { # GUEST WANT-IP
+# check_dhcp GUEST WANT-IP
+check_dhcp() {
     local log=${VMQ_GUEST_LOG[$1]} ip mask router
     ip=$(vmq_result "$log" dhcp ip) mask=$(vmq_result "$log" dhcp mask) router=$(vmq_result "$log" dhcp router)
     if [[ $ip == "$2" && $mask == 24 && $router == 10.10.0.1 ]]; then
@@ -125,25 +125,63 @@ check_dhcp() { # GUEST WANT-IP
         vmq_fail "guest $1: DHCP gave ip=$ip mask=$mask router=$router, want $2/24 router 10.10.0.1"
     fi
 }
+
+# check_traffic CLIENT SERVER PREFIX WHAT: the client's reach, ping and
+# iperf3 results; the rates go to result.env as PREFIX{forward,reverse}_gbps
+check_traffic() {
+    local la=${VMQ_GUEST_LOG[$1]} loss rtt dir line rc gbps
+    if [[ $(vmq_result "$la" reach ok) == 1 ]]; then vmq_ok "$1 reaches $2 $4"; else vmq_fail "$1 does not reach $2 $4"; fi
+    loss=$(vmq_result "$la" ping loss_pct) rtt=$(vmq_result "$la" ping rtt_avg_ms)
+    if [[ $loss == 0 ]]; then vmq_ok "ping $1->$2 $4: 0% loss, rtt avg $rtt ms"; else vmq_fail "ping $1->$2 $4: loss $loss%"; fi
+    for dir in forward reverse; do
+        line=$(tr -d '\r' <"$la" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
+        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line") gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        if [[ $rc == 0 && -n $gbps ]] && awk -v g="$gbps" 'BEGIN { exit !(g > 0) }'; then
+            vmq_ok "iperf3 $1->$2 $dir $4: $gbps Gbit/s ($STREAMS streams, ${ITIME}s, TCG guests)"
+        else
+            vmq_fail "iperf3 $1->$2 $dir $4: $line"
+        fi
+        printf '%s%s_gbps=%s\n' "$3" "$dir" "$gbps" >>"$WORK/result.env"
+    done
+}
+
+# rx_drops NODE PORT...: frames the ports' guests lost for want of RX
+# buffers (rxNoBuffer, all pairs)
+rx_drops() {
+    local n=$1
+    shift
+    jq -r --args '[.ports[]? | select(.name as $n | $ARGS.positional | index($n)) | .queues[]?.drops.rxNoBuffer // 0] | add // 0' \
+        "$@" <"$WORK/$n/stats.json" 2>/dev/null || echo "?"
+}
+
+# stop_node NAME: SIGTERM, exit status 0 expected
+stop_node() {
+    vmq_stop "${DP_PID[$1]}" 10
+    if [[ $VMQ_RC == 0 ]]; then vmq_ok "node $1: dataplane exited 0 on SIGTERM"; else vmq_fail "node $1: dataplane exit status $VMQ_RC"; fi
+}
+
+node n1 "$N1"
+node n2 "$N2"
+port n1 a 10 10.10.0.2/24 52:54:00:10:00:02
+port n2 b 10 10.10.0.3/24 52:54:00:10:00:03
+port n2 c 20 10.10.0.4/24 52:54:00:20:00:04
+
+COMMON=("vmq.ip=dhcp" "vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200" "vmq.offloads=$OFFLOADS")
+vmq_guest_start b "$WORK/n2/s/b/vhu.sock" connect 52:54:00:10:00:03 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
+vmq_guest_start c "$WORK/n2/s/c/vhu.sock" connect 52:54:00:20:00:04 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
+vmq_guest_start a "$WORK/n1/s/a/vhu.sock" connect 52:54:00:10:00:02 1 240 "$WORK" \
+    vmq.role=client,noreach vmq.peer=10.10.0.3 vmq.noreach=10.10.0.4 "${COMMON[@]}"
+
+for g in b c a; do
+    vmq_guest_wait "$g" 'VHOSTMQ-RESULT dhcp' 150 || vmq_fail "guest $g: no DHCP result"
+done
 check_dhcp a 10.10.0.2
 check_dhcp b 10.10.0.3
 check_dhcp c 10.10.0.4
 
 if vmq_guest_wait a 'VHOSTMQ-RESULT role-done role=noreach' 180; then
     la=${VMQ_GUEST_LOG[a]}
-    if [[ $(vmq_result "$la" reach ok) == 1 ]]; then vmq_ok "a reaches b across the nodes (VLAN 10)"; else vmq_fail "a does not reach b"; fi
-    loss=$(vmq_result "$la" ping loss_pct) rtt=$(vmq_result "$la" ping rtt_avg_ms)
-    if [[ $loss == 0 ]]; then vmq_ok "ping a->b: 0% loss, rtt avg $rtt ms"; else vmq_fail "ping a->b: loss $loss%"; fi
-    for dir in forward reverse; do
-        line=$(tr -d '\r' <"$la" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
-        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line") gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
-        if [[ $rc == 0 && -n $gbps ]] && awk -v g="$gbps" 'BEGIN { exit !(g > 0) }'; then
-            vmq_ok "iperf3 a->b $dir across the nodes: $gbps Gbit/s ($STREAMS streams, ${ITIME}s, TCG guests)"
-        else
-            vmq_fail "iperf3 $dir: $line"
-        fi
-        printf '%s_gbps=%s\n' "$dir" "$gbps" >>"$WORK/result.env"
-    done
+    check_traffic a b "" "across the nodes (tap uplink, VLAN 10)"
     replies=$(vmq_result "$la" noreach replies)
     if [[ $replies == 0 ]]; then
         vmq_ok "a (VLAN 10) cannot reach c (VLAN 20, same subnet): 0 replies"
@@ -163,7 +201,59 @@ for n in n1 n2; do
         vmq_fail "node $n uplink counters: ${up:-none}"
     fi
 done
+printf 'tap_drops_a=%s\ntap_drops_b=%s\n' "$(rx_drops n1 a)" "$(rx_drops n2 b)" >>"$WORK/result.env"
 for g in a b c; do vmq_guest_stop "$g"; done
+stop_node n1
+stop_node n2
+
+# ---------------------------------------------------------------- af_xdp uplink on a veth, same run
+ip -n "$N1" link add xA type veth peer name xB netns "$N2"
+ip -n "$N1" link set xA up
+ip -n "$N2" link set xB up
+node x1 "$N1" xA
+node x2 "$N2" xB
+port x1 xa 10 10.10.0.2/24 52:54:00:10:00:12 af_xdp
+port x2 xb 10 10.10.0.3/24 52:54:00:10:00:13 af_xdp
+for n in x1 x2; do
+    mode=""
+    for ((i = 0; i < 50; i++)); do # until the first stats file
+        mode=$(jq -r '.uplink.mode // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
+        [[ -z $mode ]] || break
+        sleep 0.1
+    done
+    if [[ $mode == *"copy-mode sockets (zero-copy refused: "* ]]; then
+        vmq_ok "node $n af_xdp uplink on a veth: zero-copy is unavailable there (the kernel refused it: ${mode#*zero-copy refused: }; running $mode)"
+    else
+        vmq_fail "node $n af_xdp uplink mode: '${mode}', want copy-mode sockets with zero-copy refused (a veth has no zero-copy)"
+    fi
+done
+XCOMMON=("vmq.ip=dhcp" "vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200" "vmq.offloads=$OFFLOADS")
+vmq_guest_start xb "$WORK/x2/s/xb/vhu.sock" connect 52:54:00:10:00:13 1 240 "$WORK" vmq.role=server "${XCOMMON[@]}"
+vmq_guest_start xa "$WORK/x1/s/xa/vhu.sock" connect 52:54:00:10:00:12 1 240 "$WORK" \
+    vmq.role=client vmq.peer=10.10.0.3 "${XCOMMON[@]}"
+for g in xb xa; do
+    vmq_guest_wait "$g" 'VHOSTMQ-RESULT dhcp' 150 || vmq_fail "guest $g: no DHCP result"
+done
+check_dhcp xa 10.10.0.2
+check_dhcp xb 10.10.0.3
+if vmq_guest_wait xa 'VHOSTMQ-RESULT role-done role=client' 180; then
+    check_traffic xa xb xdp_ "across the nodes (af_xdp uplink on a veth, VLAN 10)"
+else
+    vmq_fail "guest xa did not finish its roles"
+fi
+sleep 1 # one more stats file
+for n in x1 x2; do
+    up=$(jq -c '.uplink // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
+    if [[ -n $up ]] && jq -e '.healthy and .kind == "af_xdp" and .txPackets > 0 and .rxPackets > 0' <<<"$up" >/dev/null; then
+        vmq_ok "node $n uplink: $up"
+    else
+        vmq_fail "node $n uplink counters: ${up:-none}"
+    fi
+done
+printf 'xdp_drops_a=%s\nxdp_drops_b=%s\n' "$(rx_drops x1 xa)" "$(rx_drops x2 xb)" >>"$WORK/result.env"
+for g in xa xb; do vmq_guest_stop "$g"; done
+stop_node x1
+stop_node x2
 
 # ---------------------------------------------------------------- kernel path, same run
 # kguest NAME NETNS MAC IP ROLES...: a guest on a tap in NETNS's br0
@@ -188,7 +278,7 @@ kguest() {
     done
     vmq_fail "kernel path: tap for $name did not appear"
 }
-KCOMMON=("vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200")
+KCOMMON=("vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200" "vmq.offloads=$OFFLOADS")
 kguest kb "$N2" 52:54:00:30:00:03 10.30.0.3/24 vmq.role=server "${KCOMMON[@]}"
 kguest kc "$N2" 52:54:00:30:00:04 10.30.0.4/24 vmq.role=server "${KCOMMON[@]}"
 kguest ka "$N1" 52:54:00:30:00:02 10.30.0.2/24 vmq.role=client vmq.peer=10.30.0.3 "${KCOMMON[@]}"
@@ -206,16 +296,14 @@ for g in ka kb kc; do vmq_guest_stop "$g"; done
 # shellcheck disable=SC1091
 source "$WORK/result.env"
 echo
-echo "iperf3 a->b across the two nodes, ${STREAMS} streams, ${ITIME} s, 3 TCG guests running, ports polling $POLLING (Gbit/s):"
+echo "iperf3 a->b across the two nodes, ${STREAMS} streams, ${ITIME} s, TCG guests, ports polling $POLLING, guest offloads $OFFLOADS (Gbit/s;"
+echo "rx-drops: frames the client/server guest lost for want of RX buffers, rxNoBuffer, both directions):"
 {
-    echo "path forward reverse"
-    echo "vhostmq(tap-uplink) ${forward_gbps:-?} ${reverse_gbps:-?}"
-    echo "kernel(bridge+tap,qemu-virtio-net) ${kernel_forward_gbps:-?} ${kernel_reverse_gbps:-?}"
+    echo "path forward reverse rx-drops"
+    echo "vhostmq(tap-uplink) ${forward_gbps:-?} ${reverse_gbps:-?} ${tap_drops_a:-?}/${tap_drops_b:-?}"
+    echo "vhostmq(af_xdp-uplink,veth,copy-mode) ${xdp_forward_gbps:-?} ${xdp_reverse_gbps:-?} ${xdp_drops_a:-?}/${xdp_drops_b:-?}"
+    echo "kernel(bridge+tap,qemu-virtio-net) ${kernel_forward_gbps:-?} ${kernel_reverse_gbps:-?} -"
 } | vmq_table
-for n in n1 n2; do
-    vmq_stop "${DP_PID[$n]}" 10
-    if [[ $VMQ_RC == 0 ]]; then vmq_ok "node $n: dataplane exited 0 on SIGTERM"; else vmq_fail "node $n: dataplane exit status $VMQ_RC"; fi
-done
 echo
 echo "wall time $(vmq_elapsed "$T0") s; work dir: $WORK"
 if vmq_fails_report; then
