@@ -34,8 +34,9 @@
 # Usage: hack/e2e-qemu.sh [--role server|client|both] [--queues 4] [--keep DIR]
 #          [--streams 32] [--time 5] [--reconnect auto|yes|no] [--down 2]
 #          [--offloads on|off|mixed]
-#   --role both    two runs: server with offloads on, client with offloads
-#                  off (and the reconnect test); --offloads is ignored then
+#   --role both    three runs: server with offloads on, client with offloads
+#                  off (and the reconnect test), server with offloads mixed;
+#                  --offloads is ignored then
 #   --keep DIR     work dir for logs, configs, sockets and stats (default: a
 #                  new /tmp/vhostmq-e2e-qemu.XXXXXX); printed at the end, kept
 #   --reconnect    auto = only in the client role
@@ -77,7 +78,7 @@ vmq_build_guest
 # ---------------------------------------------------------------- both: one child run per role
 if [[ $ROLE == both ]]; then
     rcs=()
-    RUNS=(server:on client:off)
+    RUNS=(server:on client:off server:mixed)
     for run in "${RUNS[@]}"; do
         r=${run%:*} o=${run#*:}
         rest=()
