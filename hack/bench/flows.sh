@@ -10,7 +10,8 @@
 #   generator  port g, flowgen forwarding (--flowgen-flows=F, UDP/IPv4, the
 #              destination address rotating over F values frame by frame)
 #              on Q TX queues served by one forwarding lcore, frames of
-#              --size bytes.  DPDK 22.11's flowgen ignores --eth-peer and
+#              --size bytes counting the FCS, as flowgen does (--txpkts:
+#              64 puts 60-byte frames on the ring).  DPDK 22.11's flowgen ignores --eth-peer and
 #              the port's MAC: it always sends from 00:01:02:03:04:00 to
 #              00:01:02:03:04:01, so that is the sink's MAC here
 #   sink       port s, rxonly on Q RX queues, one forwarding lcore, MAC
@@ -97,7 +98,7 @@ posint --trials "$TRIALS"
 posint --duration "$DURATION"
 [[ $WARMUP =~ ^[0-9]+$ ]] || vmq_die "--warmup must be a number of seconds, not '$WARMUP'"
 posint --size "$SIZE"
-((SIZE >= 60 && SIZE <= 1514)) || vmq_die "--size must be 60..1514 bytes (without FCS), not $SIZE"
+((SIZE >= 64 && SIZE <= 1518)) || vmq_die "--size must be 64..1518 bytes (with the FCS), not $SIZE"
 [[ $MEM =~ ^(auto|huge|nohuge)$ ]] || vmq_die "--mem must be auto, huge or nohuge"
 [[ $POLLING =~ ^(busy|adaptive|interrupt)$ ]] || vmq_die "--polling must be busy, adaptive or interrupt"
 [[ $CPUS =~ ^([0-9]+),([0-9]+)$ ]] || vmq_die "--cpus must be A,B (two CPU numbers), not '$CPUS'"
