@@ -69,7 +69,8 @@ type rxHold struct {
 type scratch struct {
 	peek    [virtio.NetHdrSize + vswitch.HeaderPeek]byte
 	hdr     [virtio.NetHdrSize]byte
-	off     offloadScratch // offload.go
+	minLen  int            // the shortest frame forward may deliver (offloads.go; else 0)
+	off     offloadScratch // offloads.go
 	used    [maxMergeBufs]usedElem
 	touched [maxTouched]*netdev.Vring
 	nt      int
@@ -174,7 +175,7 @@ func (w *worker) serveTX(a *assignment) bool {
 			limit, mode = w.offloadTX(hdrLen, frame, maxFrame, to, to != nil && to != src && to.up == nil && !local)
 			switch mode {
 			case offloadPass:
-				frameLen = w.forwardHdr(to, &r, frame, limit, hash, &s.off.hdr, s.off.in.MinLen)
+				frameLen = w.forwardMeta(to, &r, frame, limit, hash)
 			case offloadLinear:
 				frameLen = w.linearize(&r, frame, limit)
 			default: // refused: the walk still checks the whole chain
@@ -254,27 +255,12 @@ func (w *worker) serveTX(a *assignment) bool {
 			}
 		case to == src:
 			nodest++ // addressed to its own port: a hairpin we do not do
-		case linear && to != nil && to.up != nil:
-			w.uplinkMeta(src.net, s.off.lin[:frameLen])
-		case linear && to != nil:
-			w.deliverMetaOrDrop(to, s.off.lin[:frameLen], hash)
-		case to != nil:
-			// delivered (or counted at the destination) above
 		case linear:
-			flooded := false
-			for _, p := range *src.net.ports.Load() {
-				if p != src {
-					w.deliverMetaOrDrop(p, s.off.lin[:frameLen], hash)
-					flooded = true
-				}
-			}
-			if src.net.up != nil {
-				w.uplinkMeta(src.net, s.off.lin[:frameLen])
-				flooded = true
-			}
-			if !flooded {
+			if !w.deliverLinear(src, to, s.off.lin[:frameLen], hash) { // offloads.go
 				nodest++
 			}
+		case to != nil:
+			// delivered (or counted at the destination) above
 		default:
 			flooded := false
 			for _, p := range *src.net.ports.Load() {
@@ -422,13 +408,6 @@ func (w *worker) releaseRX(callNow bool) {
 // read), and returns the frame length (more than maxFrame: too long, not
 // delivered). The caller checks r.Err().
 func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
-	return w.forwardHdr(dst, r, prefix, maxFrame, hash, &w.s.hdr, 0)
-}
-
-// forwardHdr is forward with the virtio-net header to write (num_buffers
-// 1) and the shortest frame that header allows: a shorter one is not
-// delivered.
-func (w *worker) forwardHdr(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32, hdr *[virtio.NetHdrSize]byte, minLen int) int {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
@@ -451,13 +430,11 @@ func (w *worker) forwardHdr(dst *port, r *virtq.Reader, prefix []byte, maxFrame 
 	s := &w.s
 	prev := s.culprit
 	s.culprit = rv
-	s.hdr = *hdr
 	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
-	s.hdr = plainHdr
 	if res == fillDone {
-		if n <= maxFrame && n >= minLen && r.Err() == nil {
+		if n <= maxFrame && n >= s.minLen && r.Err() == nil {
 			w.commit(h, nbufs, n)
-			if hdr[1] != virtio.GSONone {
+			if s.hdr[1] != virtio.GSONone { // offloads.go: a GSO frame passed whole
 				rv.Counters.GSOWhole.Add(1)
 			}
 		} else {

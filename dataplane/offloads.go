@@ -175,9 +175,9 @@ func (w *worker) putBuf(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, h
 	prev := s.culprit
 	s.culprit = rv
 	s.hdr = *hdr
+	defer s.plain() // also when a fault in guest memory unwinds
 	var none virtq.Reader // the whole frame is the prefix
 	n, nbufs, res := w.fill(h, frame, &none, len(frame))
-	s.hdr = plainHdr
 	s.culprit = prev
 	switch res {
 	case fillDone:
@@ -333,4 +333,45 @@ func (w *worker) deliverUp(dst *port, frame []byte, hash uint32) *netdev.Vring {
 	}
 	w.s.off.h, w.s.off.in = wu.meta.h, wu.meta.in
 	return w.deliverMeta(dst, frame, hash)
+}
+
+// forwardMeta is forward for a frame passed whole: the header in
+// w.s.off.hdr is written instead of the plain one, and a frame shorter
+// than its header allows is not delivered.
+func (w *worker) forwardMeta(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
+	s := &w.s
+	s.hdr, s.minLen = s.off.hdr, s.off.in.MinLen
+	defer s.plain() // also when a fault in guest memory unwinds
+	return w.forward(dst, r, prefix, maxFrame, hash)
+}
+
+// plain puts back the header and length check of frames without
+// metadata.
+func (s *scratch) plain() { s.hdr, s.minLen = plainHdr, 0 }
+
+// deliverLinear delivers a guest's frame read into scratch (checked
+// against its metadata) to its unicast destination to, or floods it
+// (to nil) to the network's other ports and its uplink; it reports
+// whether there was anywhere to deliver it.
+func (w *worker) deliverLinear(src, to *port, frame []byte, hash uint32) bool {
+	switch {
+	case to != nil && to.up != nil:
+		w.uplinkMeta(src.net, frame)
+		return true
+	case to != nil:
+		w.deliverMetaOrDrop(to, frame, hash)
+		return true
+	}
+	flooded := false
+	for _, p := range *src.net.ports.Load() {
+		if p != src {
+			w.deliverMetaOrDrop(p, frame, hash)
+			flooded = true
+		}
+	}
+	if src.net.up != nil {
+		w.uplinkMeta(src.net, frame)
+		flooded = true
+	}
+	return flooded
 }
