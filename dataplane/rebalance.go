@@ -124,12 +124,17 @@ const keepMoves = 32
 // one in this time is stuck (health reports it): the pair stays.
 const handoffTimeout = time.Second
 
+// settleRuns is how many looks a moved pair stays where it went: its
+// load there is measured at least once before it may move again.
+const settleRuns = 2
+
 type rebalancer struct {
 	d     *Dataplane
 	mu    sync.Mutex // one run at a time; guards the fields below
 	prev  loadSample
 	runs  uint64
-	moved uint64
+	moves uint64                 // pairs moved since start
+	moved map[*assignment]uint64 // the run that last moved it
 	last  *RebalanceRun
 	hist  []QueueMove
 
@@ -161,7 +166,7 @@ func (d *Dataplane) sample() loadSample {
 }
 
 func (d *Dataplane) startRebalancer() *rebalancer {
-	r := &rebalancer{d: d, prev: d.sample(), quit: make(chan struct{}), done: make(chan struct{})}
+	r := &rebalancer{d: d, prev: d.sample(), moved: map[*assignment]uint64{}, quit: make(chan struct{}), done: make(chan struct{})}
 	if d.rebal.Interval == 0 {
 		close(r.done)
 		return r
@@ -224,7 +229,7 @@ func (d *Dataplane) RebalanceStatus() RebalanceStatus {
 	r := d.balance
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := RebalanceStatus{Config: d.rebal, Runs: r.runs, Moved: r.moved, LastMoves: append([]QueueMove(nil), r.hist...)}
+	st := RebalanceStatus{Config: d.rebal, Runs: r.runs, Moved: r.moves, LastMoves: append([]QueueMove(nil), r.hist...)}
 	if r.last != nil {
 		l := *r.last
 		st.LastRun = &l
@@ -256,8 +261,9 @@ func (r *rebalancer) runLocked(manual bool) RebalanceRun {
 		if !ok || ns <= 0 {
 			continue // new since the last look: no measurement yet
 		}
+		last, wasMoved := r.moved[a]
 		qs = append(qs, balance.Queue{Port: a.port.dev.Config().Name, Pair: a.pair, Worker: a.port.workers[a.pair].Load().id,
-			Load: float64(busy-before) / ns})
+			Load: float64(busy-before) / ns, Stay: wasMoved && r.runs-last < settleRuns})
 		as = append(as, a)
 	}
 	cfg := balance.Config{Threshold: float64(d.rebal.Threshold) / 100, Improvement: float64(d.rebal.Improvement) / 100, CrossNUMA: d.rebal.CrossNUMA}
@@ -273,7 +279,8 @@ func (r *rebalancer) runLocked(manual bool) RebalanceRun {
 			mv.Failures = err.Error()
 			d.log.Warn("queue pair not moved", "port", m.Port, "pair", m.Pair, "fromCPU", mv.FromCPU, "toCPU", mv.ToCPU, "err", err)
 		} else {
-			r.moved++
+			r.moved[a] = r.runs
+			r.moves++
 			d.log.Info("queue pair moved to another worker", "port", m.Port, "pair", m.Pair, "fromCPU", mv.FromCPU, "toCPU", mv.ToCPU,
 				"load", fmt.Sprintf("%.1f%%", 100*m.Load), "manual", manual)
 		}
@@ -289,6 +296,11 @@ func (r *rebalancer) runLocked(manual bool) RebalanceRun {
 		d.log.Info("rebalance: nothing to move", "reason", plan.Reason, "loads", percents(plan.Before))
 	} else {
 		d.log.Debug("rebalance: nothing to move", "reason", plan.Reason, "loads", percents(plan.Before))
+	}
+	for a, last := range r.moved {
+		if r.runs-last >= settleRuns || a.port.removed {
+			delete(r.moved, a) // settled, or its port is gone
+		}
 	}
 	r.runs++
 	r.last = &run

@@ -275,8 +275,8 @@ func TestRebalancerMovesQueuesUnderTraffic(t *testing.T) {
 }
 
 // TestManualRebalance: with the automatic rebalancer off, Rebalance
-// measures over its window and moves; a second call finds nothing to do
-// (hysteresis).
+// measures over its window and moves; the next call leaves the moved
+// pairs where they went.
 func TestManualRebalance(t *testing.T) {
 	const pairs = 2
 	d := newBalancedDataplane(t, balance.Topology{0: 0, 1: 0}, RebalanceConfig{})
@@ -292,6 +292,14 @@ func TestManualRebalance(t *testing.T) {
 	for _, m := range runs[0].Moves {
 		if !m.Manual || m.Failures != "" {
 			t.Errorf("move %+v", m)
+		}
+	}
+	// A moved pair settles: the next run leaves it where it went.
+	for _, m := range runs[0].Moves {
+		for _, m1 := range runs[1].Moves {
+			if m1.Port == m.Port && m1.Pair == m.Pair {
+				t.Errorf("%s/%d moved again in the next run: %+v", m.Port, m.Pair, m1)
+			}
 		}
 	}
 	if n := len(runs[1].Moves) + len(runs[2].Moves); n > 0 {

@@ -27,6 +27,10 @@ type Queue struct {
 	Worker int // Worker.ID serving it now
 	// Load is the busy share of one CPU spent serving it over the interval.
 	Load float64
+	// Stay keeps the queue where it is (its load still counts): the
+	// dataplane sets it for a queue it moved lately, so that loads that
+	// swing from one interval to the next do not bounce it back and forth.
+	Stay bool
 }
 
 // Config are the rebalancer's thresholds.
@@ -181,7 +185,7 @@ func planGroup(workers []Worker, queues []Queue, g []int, load []float64, at []i
 		bestQ, bestW, bestGain := -1, -1, 0.0
 		for qi, q := range queues {
 			from := ga[qi]
-			if from < 0 || !in[from] || q.Load <= 0 {
+			if from < 0 || !in[from] || q.Load <= 0 || q.Stay {
 				continue
 			}
 			for _, to := range g {

@@ -66,6 +66,18 @@ func TestOneHeavyQueueStays(t *testing.T) {
 	}
 }
 
+func TestStayingQueuesNeverMove(t *testing.T) {
+	qs := []Queue{{Port: "a", Pair: 0, Worker: 0, Load: 0.6, Stay: true}, {Port: "b", Pair: 0, Worker: 0, Load: 0.6}}
+	p := Compute(twoWorkers(), qs, auto)
+	if len(p.Moves) != 1 || p.Moves[0].Port != "b" {
+		t.Fatalf("moves %+v, want b only", p.Moves)
+	}
+	qs[1].Stay = true
+	if p := Compute(twoWorkers(), qs, auto); len(p.Moves) != 0 {
+		t.Fatalf("moves %+v, want none", p.Moves)
+	}
+}
+
 func TestIdleQueuesNeverMove(t *testing.T) {
 	qs := []Queue{{Port: "a", Pair: 0, Worker: 0, Load: 1.0}, {Port: "b", Pair: 0, Worker: 0, Load: 0}}
 	if p := Compute(twoWorkers(), qs, Config{}); len(p.Moves) != 0 {
