@@ -21,6 +21,8 @@
 #   VHOSTMQ_DP_CPUS     worker CPUs written into the config (default "1" on
 #                       machines with 2+ CPUs, else "0")
 #   VHOSTMQ_LOG_LEVEL   dataplane logLevel (default info)
+#   VHOSTMQ_REBALANCE   dataplane rebalance settings, e.g. "intervalSeconds: 1,
+#                       threshold: 1" (default: none, the rebalancer is off)
 #   VHOSTMQ_KERNEL_DIR  extracted guest kernel (default /var/cache/vhostmq/guest-kernel)
 #   VHOSTMQ_GUEST_DIR   guest image dir (default <repo>/_output/guest)
 
@@ -275,6 +277,7 @@ vmq_write_config() {
         echo "apiSocket: $dir/api.sock"
         echo "stateDir: $dir/state"
         echo "logLevel: ${VHOSTMQ_LOG_LEVEL:-info}"
+        [[ -z ${VHOSTMQ_REBALANCE:-} ]] || echo "rebalance: {$VHOSTMQ_REBALANCE}"
         echo "ports:"
         for i in "${!VMQ_PORT_NAMES[@]}"; do
             echo "  - name: ${VMQ_PORT_NAMES[i]}"
