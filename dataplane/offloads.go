@@ -175,7 +175,7 @@ func (w *worker) putBuf(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, h
 	prev := s.culprit
 	s.culprit = rv
 	s.hdr = *hdr
-	defer s.plain() // also when a fault in guest memory unwinds
+	defer s.plain()       // also when a fault in guest memory unwinds
 	var none virtq.Reader // the whole frame is the prefix
 	n, nbufs, res := w.fill(h, frame, &none, len(frame))
 	s.culprit = prev
