@@ -71,7 +71,8 @@ var commands = []*command{
 			"burst of its frames cost; RX is toward the guest, TX from it. Then each\n" +
 			"worker's load (UPLINK: the part its uplink queue took, which cannot move),\n" +
 			"the rebalancer's settings and its last moves. --interval 0 shows the\n" +
-			"cumulative busy time and packet counters instead.",
+			"cumulative busy time and packet counters instead. -o wide adds OFFLOAD,\n" +
+			"whole/seg/csum for frames toward the guest (as in stats -o wide).",
 		maxArgs: 1,
 		setup:   queuesSetup,
 	},
@@ -93,8 +94,10 @@ var commands = []*command{
 		summary: "per port and queue pair: packet and bit rates, drops by reason",
 		details: "Rates are measured between two samples --interval apart (timed by the agent's\n" +
 			"clock); --interval 0 prints the absolute counters. RX is toward the guest, TX\n" +
-			"from it. -o wide adds which directions are enabled, kicks, calls and BUSY, the\n" +
-			"share of a CPU the pair took (summed over the pairs on a total line).",
+			"from it. -o wide adds which directions are enabled, kicks, calls, BUSY, the\n" +
+			"share of a CPU the pair took (summed over the pairs on a total line), and\n" +
+			"OFFLOAD, whole/seg/csum for frames toward the guest: GSO frames delivered\n" +
+			"whole, GSO frames segmented and checksums completed in software for it.",
 		maxArgs: -1,
 		setup:   statsSetup,
 	},

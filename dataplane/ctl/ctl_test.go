@@ -182,6 +182,8 @@ func TestCommands(t *testing.T) {
 		{name: "queues", args: []string{"queues"}},
 		{name: "queues-port", args: []string{"queues", "vm2-net0"}},
 		{name: "queues-counters", args: []string{"queues", "--interval", "0"}},
+		{name: "queues-wide", args: []string{"queues", "-o", "wide"}},
+		{name: "queues-counters-wide", args: []string{"queues", "--interval", "0", "-o", "wide"}},
 		{name: "queues-json", args: []string{"queues", "-o", "json"}, json: func(t *testing.T, out string) {
 			v := checkJSON[queuesJSON](t, out)
 			if v.IntervalSeconds != 1 || len(v.Slots) != 6 {
@@ -194,6 +196,11 @@ func TestCommands(t *testing.T) {
 			// Pair 3 was moved to CPU 2's worker; 10 µs a burst over the interval.
 			if q := s.Queues[1]; q.WorkerCPU == nil || *q.WorkerCPU != 2 || q.NsPerBurst == nil || *q.NsPerBurst != 10000 || q.Bursts != 1_600_040_000 {
 				t.Errorf("pair 3: worker %v, ns/burst %v, bursts %d", q.WorkerCPU, q.NsPerBurst, q.Bursts)
+			}
+			// Pair 3's guest does not take GSO: its frames are segmented for it.
+			if q := s.Queues[1]; q.Offload == nil || *q.Offload != (offloadJSON[uint64]{GSOSegmented: 42_000, CsumSoftware: 12_400}) ||
+				q.OffloadPerSecond == nil || *q.OffloadPerSecond != (offloadJSON[float64]{GSOSegmented: 2_000, CsumSoftware: 400}) {
+				t.Errorf("pair 3: offload %v, per second %v", q.Offload, q.OffloadPerSecond)
 			}
 			if len(v.Workers) != 3 || *v.Workers[0].BusyPercent != 80.25 || *v.Workers[1].UplinkBusyPercent != 5 {
 				t.Errorf("workers %+v", v.Workers)
@@ -224,8 +231,15 @@ func TestCommands(t *testing.T) {
 			if q == nil || q.RxPacketsPerSecond != 1e6 || q.RxBitsPerSecond != 12e9 || q.TxBitsPerSecond != 3.2e9 || q.BusyPercent != 40 || q.DropsPerSecond.RxNoBuffer != 150 {
 				t.Errorf("vm1-net0 pair 3 rates: %+v", q)
 			}
-			if tot := v.Ports[0].Total.Rates; tot == nil || tot.RxPacketsPerSecond != 2.5e6 || tot.DropsPerSecond.Total != 305 {
+			if tot := v.Ports[0].Total.Rates; tot == nil || tot.RxPacketsPerSecond != 2.5e6 || tot.DropsPerSecond.Total != 308 || tot.DropsPerSecond.BadOffload != 3 {
 				t.Errorf("vm1-net0 total rates: %+v", tot)
+			}
+			// Pair 0's guest takes GSO, the others' do not.
+			if o := v.Ports[0].Queues[0].Offload; o != (offloadJSON[uint64]{GSOWhole: 42_000, CsumSoftware: 3_100}) {
+				t.Errorf("vm1-net0 pair 0 offload: %+v", o)
+			}
+			if o := v.Ports[0].Total.Rates.OffloadPerSecond; o != (offloadJSON[float64]{GSOWhole: 2_000, GSOSegmented: 4_500, CsumSoftware: 1_000}) {
+				t.Errorf("vm1-net0 total offload rates: %+v", o)
 			}
 		}},
 		{name: "stats-counters-json", args: []string{"stats", "vm2-net0", "--interval", "0", "-o", "json"}, json: func(t *testing.T, out string) {

@@ -184,7 +184,7 @@ func (f *fakeAgent) ListPorts(context.Context, *agentv1.ListPortsRequest) (*agen
 // two consecutive calls (one second apart) are exact.
 func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64) *agentv1.QueueStats {
 	p := uint64(a.Pair) + 1
-	q := &agentv1.QueueStats{Pair: a.Pair, Slot: a.Slot, Cpu: a.Cpu, RxEnabled: enabled, TxEnabled: enabled, Drops: &agentv1.Drops{}}
+	q := &agentv1.QueueStats{Pair: a.Pair, Slot: a.Slot, Cpu: a.Cpu, RxEnabled: enabled, TxEnabled: enabled, Drops: &agentv1.Drops{}, Offload: &agentv1.Offload{}}
 	q.Worker, q.NumaNode = map[int32]int32{2: 0, 3: 1, 8: 2}[a.Cpu], map[int32]int32{8: 1}[a.Cpu]
 	if port == "vm1-net0" && a.Pair == 3 { // the rebalancer moved it from CPU 3 to CPU 2
 		q.Cpu, q.Worker = 2, 0
@@ -201,6 +201,17 @@ func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64)
 		q.Drops.RxNoBuffer = 12_345*(p-1) + k*50*(p-1)
 		if a.Pair == 0 {
 			q.Drops.NoDestination = 777 + k*5
+		}
+		// The guest takes GSO on pair 0 only; the rest are segmented or
+		// checksummed for it; pair 2's sender gets bad offload headers.
+		if a.Pair == 0 {
+			q.Offload.GsoWhole = 40_000 + k*2_000
+		} else {
+			q.Offload.GsoSegmented = 10_000*p + k*500*p
+		}
+		q.Offload.CsumSoftware = 3_000*p + k*100*p
+		if a.Pair == 2 {
+			q.Drops.BadOffload = 9 + k*3
 		}
 	case enabled: // vm2-net0 pair 0: 10 kpps of 64 bytes each way
 		q.Rx = &agentv1.Direction{Packets: 20_000_000 + k*10_000, Bytes: 1_280_000_000 + k*640_000}

@@ -51,6 +51,11 @@ type queueLoadJSON struct {
 	// interval, or since the start with --interval 0; absent without
 	// bursts.
 	NsPerBurst *float64 `json:"ns_per_burst,omitempty"`
+	// What offloads did for the frames toward the guest (the software
+	// part of it is in busy_ns); absent without stats, the rates also
+	// without an interval.
+	Offload          *offloadJSON[uint64]  `json:"offload,omitempty"`
+	OffloadPerSecond *offloadJSON[float64] `json:"offload_per_second,omitempty"`
 
 	noStats bool // the agent reported no stats for the pair
 }
@@ -174,6 +179,8 @@ func queueLoads(capacity *agentv1.Capacity, s statsSample, ports []portRow, only
 		}
 		j.RxEnabled, j.TxEnabled = q.q.GetRxEnabled(), q.q.GetTxEnabled()
 		j.BusyNs, j.RxPackets, j.TxPackets, j.Bursts = q.cur.busyNs, q.cur.rxPkts, q.cur.txPkts, q.cur.bursts
+		off := newOffloadJSON(q.cur.offload)
+		j.Offload = &off
 		if len(s.cur.GetWorkers()) > 0 { // an agent that reports the serving worker
 
 			cpu, numa := q.q.GetCpu(), q.q.GetNumaNode()
@@ -184,6 +191,12 @@ func queueLoads(capacity *agentv1.Capacity, s statsSample, ports []portRow, only
 			r := q.delta.per(s.seconds)
 			busy, rx, tx := round3(r.busyPct), round3(r.rxPps), round3(r.txPps)
 			j.BusyPercent, j.RxPacketsPerSecond, j.TxPacketsPerSecond = &busy, &rx, &tx
+			var o [len(offloadKinds)]float64
+			for i, v := range r.offload {
+				o[i] = round3(v)
+			}
+			offRate := newOffloadJSON(o)
+			j.OffloadPerSecond = &offRate
 			cost = *q.delta
 		}
 		if cost.bursts > 0 {
@@ -298,12 +311,16 @@ func moveJSON(m *agentv1.QueueMove) queueMoveJSON {
 }
 
 func (c *cli) queuesTable(out queuesJSON, rated bool) error {
+	wide := c.output == "wide"
 	t := newTable(c.stdout)
+	head := []string{"CPU", "NUMA", "SLOT", "PORT", "PAIR", "ENABLED", "WORKER", "BUSY TIME", "NS/BURST", "RX PKTS", "TX PKTS", "OFFLOAD"}
 	if rated {
-		t.row("CPU", "NUMA", "SLOT", "PORT", "PAIR", "ENABLED", "WORKER", "BUSY", "NS/BURST", "RX PPS", "TX PPS")
-	} else {
-		t.row("CPU", "NUMA", "SLOT", "PORT", "PAIR", "ENABLED", "WORKER", "BUSY TIME", "NS/BURST", "RX PKTS", "TX PKTS")
+		head = []string{"CPU", "NUMA", "SLOT", "PORT", "PAIR", "ENABLED", "WORKER", "BUSY", "NS/BURST", "RX PPS", "TX PPS", "OFFLOAD/S"}
 	}
+	if !wide {
+		head = head[:len(head)-1]
+	}
+	t.row(head...)
 	for _, s := range out.Slots {
 		numa := ""
 		if s.NumaNode != nil {
@@ -311,7 +328,7 @@ func (c *cli) queuesTable(out queuesJSON, rated bool) error {
 		}
 		lead := []string{fmt.Sprint(s.CPU), numa, s.Slot}
 		if len(s.Queues) == 0 {
-			t.row(append(lead, "(free)", "", "", "", "", "", "", "")...)
+			t.row(append(lead, "(free)", "", "", "", "", "", "", "", "")[:len(head)]...)
 			continue
 		}
 		for _, q := range s.Queues {
@@ -336,10 +353,20 @@ func (c *cli) queuesTable(out queuesJSON, rated bool) error {
 				row = append(row, "", "", "", "")
 			case !rated:
 				row = append(row, busyTime(q.BusyNs), cost, count(q.RxPackets), count(q.TxPackets))
+				if wide {
+					row = append(row, offloadCounts([...]uint64{q.Offload.GSOWhole, q.Offload.GSOSegmented, q.Offload.CsumSoftware}))
+				}
 			case q.BusyPercent == nil:
 				row = append(row, "", "", "", "")
 			default:
 				row = append(row, percent(*q.BusyPercent), cost, pps(*q.RxPacketsPerSecond), pps(*q.TxPacketsPerSecond))
+				if wide {
+					o := q.OffloadPerSecond
+					row = append(row, offloadRates([...]float64{o.GSOWhole, o.GSOSegmented, o.CsumSoftware}))
+				}
+			}
+			for len(row) < len(head) { // no stats: "-"
+				row = append(row, "")
 			}
 			t.row(row...)
 		}

@@ -13,22 +13,28 @@ import (
 
 // dropReasons names the Drops fields, in proto order; counters.drops is
 // indexed the same way.
-var dropReasons = [7]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination"}
+var dropReasons = [8]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination", "bad_offload"}
+
+// offloadKinds names the Offload fields, in proto order; counters.offload
+// is indexed the same way.
+var offloadKinds = [3]string{"gso_whole", "gso_segmented", "csum_software"}
 
 // counters are one queue pair's (or a sum of pairs') counters.
 type counters struct {
 	rxPkts, rxBytes, txPkts, txBytes uint64
 	kicks, calls, busyNs, bursts     uint64
 	drops                            [len(dropReasons)]uint64
+	offload                          [len(offloadKinds)]uint64
 }
 
 func queueCounters(q *agentv1.QueueStats) counters {
-	d := q.GetDrops()
+	d, o := q.GetDrops(), q.GetOffload()
 	return counters{
 		rxPkts: q.GetRx().GetPackets(), rxBytes: q.GetRx().GetBytes(),
 		txPkts: q.GetTx().GetPackets(), txBytes: q.GetTx().GetBytes(),
 		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(), bursts: q.GetBursts(),
-		drops: [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination()},
+		drops:   [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(), d.GetBadOffload()},
+		offload: [...]uint64{o.GetGsoWhole(), o.GetGsoSegmented(), o.GetCsumSoftware()},
 	}
 }
 
@@ -43,6 +49,9 @@ func (c *counters) add(o counters) {
 	c.bursts += o.bursts
 	for i := range c.drops {
 		c.drops[i] += o.drops[i]
+	}
+	for i := range c.offload {
+		c.offload[i] += o.offload[i]
 	}
 }
 
@@ -64,6 +73,9 @@ func (c counters) since(prev counters) counters {
 	for i := range c.drops {
 		out.drops[i] = d(c.drops[i], prev.drops[i])
 	}
+	for i := range c.offload {
+		out.offload[i] = d(c.offload[i], prev.offload[i])
+	}
 	return out
 }
 
@@ -82,6 +94,7 @@ type rates struct {
 	busyPct                    float64
 	drops                      [len(dropReasons)]float64
 	dropTotal                  float64
+	offload                    [len(offloadKinds)]float64
 }
 
 func (c counters) per(seconds float64) rates {
@@ -95,6 +108,9 @@ func (c counters) per(seconds float64) rates {
 	}
 	for i, v := range c.drops {
 		r.drops[i] = f(v)
+	}
+	for i, v := range c.offload {
+		r.offload[i] = f(v)
 	}
 	return r
 }
@@ -233,9 +249,9 @@ func (c *cli) statsTable(s statsSample, ports []portRow) error {
 	}
 	if wide {
 		if rated {
-			head = append(head, "ENABLED", "KICKS/S", "CALLS/S", "BUSY")
+			head = append(head, "ENABLED", "KICKS/S", "CALLS/S", "BUSY", "OFFLOAD/S")
 		} else {
-			head = append(head, "ENABLED", "KICKS", "CALLS", "BUSY TIME")
+			head = append(head, "ENABLED", "KICKS", "CALLS", "BUSY TIME", "OFFLOAD")
 		}
 	}
 	t.row(head...)
@@ -243,21 +259,21 @@ func (c *cli) statsTable(s statsSample, ports []portRow) error {
 		if !rated {
 			out := []string{count(cur.rxPkts), count(cur.rxBytes), count(cur.txPkts), count(cur.txBytes), count(cur.dropTotal())}
 			if wide {
-				out = append(out, "", count(cur.kicks), count(cur.calls), busyTime(cur.busyNs))
+				out = append(out, "", count(cur.kicks), count(cur.calls), busyTime(cur.busyNs), offloadCounts(cur.offload))
 			}
 			return out
 		}
 		if delta == nil {
 			n := 5
 			if wide {
-				n += 4
+				n += 5
 			}
 			return make([]string, n) // "-": not in the first sample
 		}
 		r := delta.per(s.seconds)
 		out := []string{pps(r.rxPps), bps(r.rxBps), pps(r.txPps), bps(r.txBps), pps(r.dropTotal)}
 		if wide {
-			out = append(out, "", perSecond(r.kicks), perSecond(r.calls), percent(r.busyPct))
+			out = append(out, "", perSecond(r.kicks), perSecond(r.calls), percent(r.busyPct), offloadRates(r.offload))
 		}
 		return out
 	}
@@ -265,7 +281,7 @@ func (c *cli) statsTable(s statsSample, ports []portRow) error {
 		for _, q := range p.queues {
 			row := append([]string{p.ps.GetId(), fmt.Sprint(q.q.GetPair()), q.q.GetSlot(), fmt.Sprint(q.q.GetCpu())}, cells(q.cur, q.delta)...)
 			if wide {
-				row[len(head)-4] = enabled(q.q)
+				row[len(head)-5] = enabled(q.q)
 			}
 			t.row(row...)
 		}
@@ -297,6 +313,17 @@ func (c *cli) statsTable(s statsSample, ports []portRow) error {
 		t.row(row...)
 	}
 	return t.flush()
+}
+
+// offloadCounts and offloadRates show a pair's offload counters in one
+// compact cell, whole/seg/csum: GSO frames delivered whole, GSO frames
+// segmented and partial checksums completed in software for its guest.
+func offloadCounts(o [len(offloadKinds)]uint64) string {
+	return count(o[0]) + "/" + count(o[1]) + "/" + count(o[2])
+}
+
+func offloadRates(o [len(offloadKinds)]float64) string {
+	return perSecond(o[0]) + "/" + perSecond(o[1]) + "/" + perSecond(o[2])
 }
 
 func enabled(q *agentv1.QueueStats) string {
@@ -358,6 +385,8 @@ type countersJSON struct {
 	Calls  uint64            `json:"calls"`
 	BusyNs uint64            `json:"busy_ns"`
 	Drops  dropsJSON[uint64] `json:"drops"`
+	// Offload counts what offloads did for the frames the guest received.
+	Offload offloadJSON[uint64] `json:"offload"`
 	// Rates over the interval; absent with --interval 0 or when the first
 	// sample did not have the pair (or port).
 	Rates *ratesJSON `json:"rates,omitempty"`
@@ -376,32 +405,45 @@ type dropsJSON[T uint64 | float64] struct {
 	MTU           T `json:"mtu"`
 	Runt          T `json:"runt"`
 	NoDestination T `json:"no_destination"`
+	BadOffload    T `json:"bad_offload"`
 	Total         T `json:"total"`
 }
 
 func newDropsJSON[T uint64 | float64](d [len(dropReasons)]T, total T) dropsJSON[T] {
-	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], total}
+	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], total}
+}
+
+type offloadJSON[T uint64 | float64] struct {
+	GSOWhole     T `json:"gso_whole"`     // GSO frames delivered whole (the guest takes them)
+	GSOSegmented T `json:"gso_segmented"` // GSO frames segmented in software for the guest
+	CsumSoftware T `json:"csum_software"` // partial checksums completed in software for the guest
+}
+
+func newOffloadJSON[T uint64 | float64](o [len(offloadKinds)]T) offloadJSON[T] {
+	return offloadJSON[T]{o[0], o[1], o[2]}
 }
 
 type ratesJSON struct {
-	RxPacketsPerSecond float64            `json:"rx_packets_per_second"`
-	RxBitsPerSecond    float64            `json:"rx_bits_per_second"`
-	TxPacketsPerSecond float64            `json:"tx_packets_per_second"`
-	TxBitsPerSecond    float64            `json:"tx_bits_per_second"`
-	KicksPerSecond     float64            `json:"kicks_per_second"`
-	CallsPerSecond     float64            `json:"calls_per_second"`
-	BusyPercent        float64            `json:"busy_percent"` // of one CPU; summed over pairs in totals
-	DropsPerSecond     dropsJSON[float64] `json:"drops_per_second"`
+	RxPacketsPerSecond float64              `json:"rx_packets_per_second"`
+	RxBitsPerSecond    float64              `json:"rx_bits_per_second"`
+	TxPacketsPerSecond float64              `json:"tx_packets_per_second"`
+	TxBitsPerSecond    float64              `json:"tx_bits_per_second"`
+	KicksPerSecond     float64              `json:"kicks_per_second"`
+	CallsPerSecond     float64              `json:"calls_per_second"`
+	BusyPercent        float64              `json:"busy_percent"` // of one CPU; summed over pairs in totals
+	DropsPerSecond     dropsJSON[float64]   `json:"drops_per_second"`
+	OffloadPerSecond   offloadJSON[float64] `json:"offload_per_second"`
 }
 
 func toCountersJSON(cur counters, delta *counters, seconds float64) countersJSON {
 	j := countersJSON{
-		Rx:     directionJSON{cur.rxPkts, cur.rxBytes},
-		Tx:     directionJSON{cur.txPkts, cur.txBytes},
-		Kicks:  cur.kicks,
-		Calls:  cur.calls,
-		BusyNs: cur.busyNs,
-		Drops:  newDropsJSON(cur.drops, cur.dropTotal()),
+		Rx:      directionJSON{cur.rxPkts, cur.rxBytes},
+		Tx:      directionJSON{cur.txPkts, cur.txBytes},
+		Kicks:   cur.kicks,
+		Calls:   cur.calls,
+		BusyNs:  cur.busyNs,
+		Drops:   newDropsJSON(cur.drops, cur.dropTotal()),
+		Offload: newOffloadJSON(cur.offload),
 	}
 	if delta != nil {
 		r := delta.per(seconds)
@@ -409,12 +451,17 @@ func toCountersJSON(cur counters, delta *counters, seconds float64) countersJSON
 		for i, v := range r.drops {
 			drops[i] = round3(v)
 		}
+		var off [len(offloadKinds)]float64
+		for i, v := range r.offload {
+			off[i] = round3(v)
+		}
 		j.Rates = &ratesJSON{
 			RxPacketsPerSecond: round3(r.rxPps), RxBitsPerSecond: round3(r.rxBps),
 			TxPacketsPerSecond: round3(r.txPps), TxBitsPerSecond: round3(r.txBps),
 			KicksPerSecond: round3(r.kicks), CallsPerSecond: round3(r.calls),
-			BusyPercent:    round3(r.busyPct),
-			DropsPerSecond: newDropsJSON(drops, round3(r.dropTotal)),
+			BusyPercent:      round3(r.busyPct),
+			DropsPerSecond:   newDropsJSON(drops, round3(r.dropTotal)),
+			OffloadPerSecond: newOffloadJSON(off),
 		}
 	}
 	return j

@@ -997,6 +997,7 @@ type Drops struct {
 	Mtu           uint64                 `protobuf:"varint,5,opt,name=mtu,proto3" json:"mtu,omitempty"`
 	Runt          uint64                 `protobuf:"varint,6,opt,name=runt,proto3" json:"runt,omitempty"`
 	NoDestination uint64                 `protobuf:"varint,7,opt,name=no_destination,json=noDestination,proto3" json:"no_destination,omitempty"`
+	BadOffload    uint64                 `protobuf:"varint,8,opt,name=bad_offload,json=badOffload,proto3" json:"bad_offload,omitempty"` // offload metadata that does not fit the frame
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1080,6 +1081,75 @@ func (x *Drops) GetNoDestination() uint64 {
 	return 0
 }
 
+func (x *Drops) GetBadOffload() uint64 {
+	if x != nil {
+		return x.BadOffload
+	}
+	return 0
+}
+
+// Offload counts what checksum and segmentation offloads did for the
+// frames the pair's guest received.
+type Offload struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GsoWhole      uint64                 `protobuf:"varint,1,opt,name=gso_whole,json=gsoWhole,proto3" json:"gso_whole,omitempty"`             // GSO frames delivered whole (the guest takes them)
+	GsoSegmented  uint64                 `protobuf:"varint,2,opt,name=gso_segmented,json=gsoSegmented,proto3" json:"gso_segmented,omitempty"` // GSO frames segmented in software for the guest
+	CsumSoftware  uint64                 `protobuf:"varint,3,opt,name=csum_software,json=csumSoftware,proto3" json:"csum_software,omitempty"` // partial checksums completed in software for the guest
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Offload) Reset() {
+	*x = Offload{}
+	mi := &file_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Offload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Offload) ProtoMessage() {}
+
+func (x *Offload) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Offload.ProtoReflect.Descriptor instead.
+func (*Offload) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Offload) GetGsoWhole() uint64 {
+	if x != nil {
+		return x.GsoWhole
+	}
+	return 0
+}
+
+func (x *Offload) GetGsoSegmented() uint64 {
+	if x != nil {
+		return x.GsoSegmented
+	}
+	return 0
+}
+
+func (x *Offload) GetCsumSoftware() uint64 {
+	if x != nil {
+		return x.CsumSoftware
+	}
+	return 0
+}
+
 type QueueStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pair          uint32                 `protobuf:"varint,1,opt,name=pair,proto3" json:"pair,omitempty"`
@@ -1096,13 +1166,14 @@ type QueueStats struct {
 	Bursts        uint64                 `protobuf:"varint,12,opt,name=bursts,proto3" json:"bursts,omitempty"`                     // bursts that moved frames: busy_ns/bursts is the cost per burst
 	Worker        int32                  `protobuf:"varint,13,opt,name=worker,proto3" json:"worker,omitempty"`                     // the worker serving the pair now (the rebalancer may have moved it off its slot's CPU; cpu is that worker's)
 	NumaNode      int32                  `protobuf:"varint,14,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // cpu's NUMA node
+	Offload       *Offload               `protobuf:"bytes,15,opt,name=offload,proto3" json:"offload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1185,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1198,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueStats) GetPair() uint32 {
@@ -1228,6 +1299,13 @@ func (x *QueueStats) GetNumaNode() int32 {
 	return 0
 }
 
+func (x *QueueStats) GetOffload() *Offload {
+	if x != nil {
+		return x.Offload
+	}
+	return nil
+}
+
 // WorkerStats is one worker thread's load.
 type WorkerStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1243,7 +1321,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1333,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1346,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerStats) GetId() int32 {
@@ -1326,7 +1404,7 @@ type PortStats struct {
 
 func (x *PortStats) Reset() {
 	*x = PortStats{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1416,7 @@ func (x *PortStats) String() string {
 func (*PortStats) ProtoMessage() {}
 
 func (x *PortStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1429,7 @@ func (x *PortStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStats.ProtoReflect.Descriptor instead.
 func (*PortStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PortStats) GetId() string {
@@ -1400,7 +1478,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1490,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1503,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetStatsResponse) GetTimeUnixNano() int64 {
@@ -1457,7 +1535,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1547,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1560,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 type Slot struct {
@@ -1496,7 +1574,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1586,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1599,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Slot) GetId() string {
@@ -1556,7 +1634,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1646,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1659,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CPU) GetId() int32 {
@@ -1616,7 +1694,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1706,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1719,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Capacity) GetCpus() []*CPU {
@@ -1673,7 +1751,7 @@ type WatchHealthRequest struct {
 
 func (x *WatchHealthRequest) Reset() {
 	*x = WatchHealthRequest{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1763,7 @@ func (x *WatchHealthRequest) String() string {
 func (*WatchHealthRequest) ProtoMessage() {}
 
 func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1776,7 @@ func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHealthRequest.ProtoReflect.Descriptor instead.
 func (*WatchHealthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 type SlotHealth struct {
@@ -1712,7 +1790,7 @@ type SlotHealth struct {
 
 func (x *SlotHealth) Reset() {
 	*x = SlotHealth{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1802,7 @@ func (x *SlotHealth) String() string {
 func (*SlotHealth) ProtoMessage() {}
 
 func (x *SlotHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1815,7 @@ func (x *SlotHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHealth.ProtoReflect.Descriptor instead.
 func (*SlotHealth) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SlotHealth) GetId() string {
@@ -1772,7 +1850,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1862,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1875,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -1829,7 +1907,7 @@ type GetRebalanceRequest struct {
 
 func (x *GetRebalanceRequest) Reset() {
 	*x = GetRebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1919,7 @@ func (x *GetRebalanceRequest) String() string {
 func (*GetRebalanceRequest) ProtoMessage() {}
 
 func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1932,7 @@ func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRebalanceRequest.ProtoReflect.Descriptor instead.
 func (*GetRebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
 type RebalanceRequest struct {
@@ -1866,7 +1944,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1956,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1969,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RebalanceRequest) GetWindowMs() uint32 {
@@ -1913,7 +1991,7 @@ type RebalanceConfig struct {
 
 func (x *RebalanceConfig) Reset() {
 	*x = RebalanceConfig{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2003,7 @@ func (x *RebalanceConfig) String() string {
 func (*RebalanceConfig) ProtoMessage() {}
 
 func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2016,7 @@ func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceConfig.ProtoReflect.Descriptor instead.
 func (*RebalanceConfig) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RebalanceConfig) GetIntervalMs() uint32 {
@@ -1985,7 +2063,7 @@ type QueueMove struct {
 
 func (x *QueueMove) Reset() {
 	*x = QueueMove{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2075,7 @@ func (x *QueueMove) String() string {
 func (*QueueMove) ProtoMessage() {}
 
 func (x *QueueMove) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2088,7 @@ func (x *QueueMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMove.ProtoReflect.Descriptor instead.
 func (*QueueMove) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueMove) GetTimeUnixNano() int64 {
@@ -2083,7 +2161,7 @@ type RebalanceRun struct {
 
 func (x *RebalanceRun) Reset() {
 	*x = RebalanceRun{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2173,7 @@ func (x *RebalanceRun) String() string {
 func (*RebalanceRun) ProtoMessage() {}
 
 func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2186,7 @@ func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRun.ProtoReflect.Descriptor instead.
 func (*RebalanceRun) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebalanceRun) GetTimeUnixNano() int64 {
@@ -2165,7 +2243,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2255,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2268,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerLoad) GetCpu() int32 {
@@ -2233,7 +2311,7 @@ type RebalanceStatus struct {
 
 func (x *RebalanceStatus) Reset() {
 	*x = RebalanceStatus{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2323,7 @@ func (x *RebalanceStatus) String() string {
 func (*RebalanceStatus) ProtoMessage() {}
 
 func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2336,7 @@ func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatus.ProtoReflect.Descriptor instead.
 func (*RebalanceStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RebalanceStatus) GetConfig() *RebalanceConfig {
@@ -2364,7 +2442,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\";\n" +
 	"\tDirection\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xd5\x01\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xf6\x01\n" +
 	"\x05Drops\x12 \n" +
 	"\frx_no_buffer\x18\x01 \x01(\x04R\n" +
 	"rxNoBuffer\x12\x1f\n" +
@@ -2375,7 +2453,13 @@ const file_agent_proto_rawDesc = "" +
 	"\tbad_chain\x18\x04 \x01(\x04R\bbadChain\x12\x10\n" +
 	"\x03mtu\x18\x05 \x01(\x04R\x03mtu\x12\x12\n" +
 	"\x04runt\x18\x06 \x01(\x04R\x04runt\x12%\n" +
-	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\"\x9f\x03\n" +
+	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\x12\x1f\n" +
+	"\vbad_offload\x18\b \x01(\x04R\n" +
+	"badOffload\"p\n" +
+	"\aOffload\x12\x1b\n" +
+	"\tgso_whole\x18\x01 \x01(\x04R\bgsoWhole\x12#\n" +
+	"\rgso_segmented\x18\x02 \x01(\x04R\fgsoSegmented\x12#\n" +
+	"\rcsum_software\x18\x03 \x01(\x04R\fcsumSoftware\"\xd4\x03\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
@@ -2394,7 +2478,8 @@ const file_agent_proto_rawDesc = "" +
 	"\abusy_ns\x18\v \x01(\x04R\x06busyNs\x12\x16\n" +
 	"\x06bursts\x18\f \x01(\x04R\x06bursts\x12\x16\n" +
 	"\x06worker\x18\r \x01(\x05R\x06worker\x12\x1b\n" +
-	"\tnuma_node\x18\x0e \x01(\x05R\bnumaNode\"\xac\x01\n" +
+	"\tnuma_node\x18\x0e \x01(\x05R\bnumaNode\x123\n" +
+	"\aoffload\x18\x0f \x01(\v2\x19.vhostmq.agent.v1.OffloadR\aoffload\"\xac\x01\n" +
 	"\vWorkerStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x1b\n" +
@@ -2515,7 +2600,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                   // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),            // 1: vhostmq.agent.v1.PollingMode
@@ -2534,31 +2619,32 @@ var file_agent_proto_goTypes = []any{
 	(*GetStatsRequest)(nil),     // 14: vhostmq.agent.v1.GetStatsRequest
 	(*Direction)(nil),           // 15: vhostmq.agent.v1.Direction
 	(*Drops)(nil),               // 16: vhostmq.agent.v1.Drops
-	(*QueueStats)(nil),          // 17: vhostmq.agent.v1.QueueStats
-	(*WorkerStats)(nil),         // 18: vhostmq.agent.v1.WorkerStats
-	(*PortStats)(nil),           // 19: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),    // 20: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil),  // 21: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),                // 22: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                 // 23: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),            // 24: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil),  // 25: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),          // 26: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),              // 27: vhostmq.agent.v1.Health
-	(*GetRebalanceRequest)(nil), // 28: vhostmq.agent.v1.GetRebalanceRequest
-	(*RebalanceRequest)(nil),    // 29: vhostmq.agent.v1.RebalanceRequest
-	(*RebalanceConfig)(nil),     // 30: vhostmq.agent.v1.RebalanceConfig
-	(*QueueMove)(nil),           // 31: vhostmq.agent.v1.QueueMove
-	(*RebalanceRun)(nil),        // 32: vhostmq.agent.v1.RebalanceRun
-	(*WorkerLoad)(nil),          // 33: vhostmq.agent.v1.WorkerLoad
-	(*RebalanceStatus)(nil),     // 34: vhostmq.agent.v1.RebalanceStatus
-	nil,                         // 35: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                         // 36: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*Offload)(nil),             // 17: vhostmq.agent.v1.Offload
+	(*QueueStats)(nil),          // 18: vhostmq.agent.v1.QueueStats
+	(*WorkerStats)(nil),         // 19: vhostmq.agent.v1.WorkerStats
+	(*PortStats)(nil),           // 20: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),    // 21: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil),  // 22: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),                // 23: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                 // 24: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),            // 25: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil),  // 26: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),          // 27: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),              // 28: vhostmq.agent.v1.Health
+	(*GetRebalanceRequest)(nil), // 29: vhostmq.agent.v1.GetRebalanceRequest
+	(*RebalanceRequest)(nil),    // 30: vhostmq.agent.v1.RebalanceRequest
+	(*RebalanceConfig)(nil),     // 31: vhostmq.agent.v1.RebalanceConfig
+	(*QueueMove)(nil),           // 32: vhostmq.agent.v1.QueueMove
+	(*RebalanceRun)(nil),        // 33: vhostmq.agent.v1.RebalanceRun
+	(*WorkerLoad)(nil),          // 34: vhostmq.agent.v1.WorkerLoad
+	(*RebalanceStatus)(nil),     // 35: vhostmq.agent.v1.RebalanceStatus
+	nil,                         // 36: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                         // 37: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	35, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	36, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
 	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
@@ -2569,41 +2655,42 @@ var file_agent_proto_depIdxs = []int32{
 	15, // 10: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
 	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
 	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
-	36, // 13: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
-	17, // 14: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
-	19, // 15: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
-	18, // 16: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
-	22, // 17: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
-	23, // 18: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
-	26, // 19: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
-	33, // 20: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
-	31, // 21: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
-	30, // 22: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
-	32, // 23: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
-	31, // 24: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
-	8,  // 25: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	9,  // 26: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	11, // 27: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	12, // 28: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	14, // 29: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	21, // 30: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	25, // 31: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	28, // 32: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
-	29, // 33: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	7,  // 34: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	10, // 35: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	7,  // 36: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	13, // 37: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	20, // 38: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	24, // 39: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	27, // 40: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	34, // 41: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	32, // 42: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	34, // [34:43] is the sub-list for method output_type
-	25, // [25:34] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	17, // 13: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
+	37, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	18, // 15: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
+	20, // 16: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
+	19, // 17: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
+	23, // 18: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
+	24, // 19: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
+	27, // 20: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
+	34, // 21: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
+	32, // 22: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
+	31, // 23: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
+	33, // 24: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
+	32, // 25: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
+	8,  // 26: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	9,  // 27: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	11, // 28: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	12, // 29: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	14, // 30: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	22, // 31: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	26, // 32: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	29, // 33: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	30, // 34: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	7,  // 35: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	10, // 36: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	7,  // 37: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	13, // 38: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	21, // 39: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	25, // 40: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	28, // 41: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	35, // 42: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	33, // 43: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	35, // [35:44] is the sub-list for method output_type
+	26, // [26:35] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -2618,7 +2705,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
