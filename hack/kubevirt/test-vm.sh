@@ -59,7 +59,10 @@
 # Usage: hack/kubevirt/test-vm.sh [--keep]
 #   --keep   on an early exit, leave what is up (VMs, the release) for a look
 # Environment:
-#   VHOSTMQ_KUBEVIRT_VM_TIMEOUT=300      bound on each VM's boot (s)
+#   VHOSTMQ_KUBEVIRT_VM_TIMEOUT=420      bound on each VM's start and boot (s):
+#                                        above virt-handler's resync, which once
+#                                        had to restart a domain it undefined
+#                                        (VMI Running after 239 s)
 #   VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT=120 bound on the allocation reclaim (s)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -98,7 +101,7 @@ NODE_CNI_CONF=$VMQC_RUN/cni/net.d
 HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true
     --set "kubevirt.sidecarImage=$SIDECAR_IMAGE" --set "dataplane.cpus={0,1}")
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
-VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-300}
+VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-420}
 RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
 work=$(mktemp -d /tmp/vhostmq-kv-test.XXXXXX)
 OUT=$VMQC_LOGS/kubevirt-test-vm   # guest consoles, logs, diagnostics (kept)
@@ -384,6 +387,14 @@ boot_vm() {
             T[${vm}_running]=$(vmqc_secs "$t0")
             VMI_UID[$vm]=$(vmi_uid "$vm")
             pass "$vm: VMI Running (${T[${vm}_running]} s after create)"
+            if awk -v t="${T[${vm}_running]}" 'BEGIN { exit !(t > 60) }'; then
+                # seen once: the launcher undefined the domain a second after
+                # starting it ("Signaled vmi deletion") and virt-handler
+                # started it again only at its next resync
+                echo "    $vm: slow start; the launcher's domain events ($OUT/$vm-${POD[$vm]}-compute.log):"
+                grep -h -E '"msg":"(Domain (defined|started|undefined)\.|Signaled vmi deletion)' "$OUT/$vm-${POD[$vm]}-compute.log" 2>/dev/null |
+                    jq -r '"\(.timestamp) \(.msg)"' 2>/dev/null | tail -n 8 | sed 's/^/    | /' || true
+            fi
         else
             fail "$vm: VMI Running (phase $(vmi_phase "$vm"))"
             return 1
