@@ -485,7 +485,7 @@ else
     fail "vm2 reports whether vm1 is reachable"
 fi
 ctl -o json queues >"$OUT/queues.json" 2>/dev/null || true
-ctl -o json stats >"$OUT/stats-after-traffic.json" 2>/dev/null || true # kicks and calls per ring, for a stall
+ctl -o json stats --interval 0 >"$OUT/stats-after-traffic.json" 2>/dev/null || true # kicks and calls per ring, for a stall
 busy_pairs() { # VM: "pair:rx:tx" of the VM's port, one a line
     local id
     id=$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")
