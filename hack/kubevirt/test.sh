@@ -81,7 +81,7 @@ if ((failed == 0)); then
     mkdir -p "$(dirname "$OUT")"
     "$HERE/test-vm.sh" "${args[@]}" 2>&1 | tee "$OUT" || rc=$?
     T[test-vm]=$(vmqc_secs "$t0")
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT" | tail -n1)
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT" | tail -n1 || true)
     if [[ -n $line ]]; then
         passed=$((passed + ${line%% passed*}))
         f=${line#*, }
