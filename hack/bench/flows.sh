@@ -65,6 +65,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC1091
 source "$HERE/../lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
 # shellcheck disable=SC2034  # read by lib.sh
 VMQ_TAG=flows
 
@@ -169,20 +171,6 @@ FAILED=0
 printf '%s\n' "trial	flows	queues	size	mpps	switched_mpps	gen_mpps	sink_rxq	sink_rxq_pkts	gen_cpu_pct	sink_cpu_pct	dp_cpu_pct	dp_busy_pct	rx_no_buffer_pps	flood_pps	psi_some_avg10	window_s	mem	started_utc	status" >"$RAW"
 
 # ---------------------------------------------------------------- helpers
-untrack() { # forget a reaped PID, so that the exit trap never signals a recycled one
-    local i
-    for i in "${!VMQ_PIDS[@]}"; do [[ ${VMQ_PIDS[i]} == "$1" ]] && unset 'VMQ_PIDS[i]'; done
-    VMQ_PIDS=("${VMQ_PIDS[@]}")
-}
-stop_pid() { # stop_pid PID [GRACE]: stop, reap, untrack; VMQ_RC = exit status
-    [[ -n $1 ]] || return 0
-    vmq_stop "$1" "${2:-8}"
-    untrack "$1"
-}
-dpdk_forget() { # remove what a finished DPDK process left behind
-    rm -rf -- "/var/run/dpdk/$1"
-    rm -f -- /dev/hugepages/"$1"map_* /dev/hugepages/"$1"-*
-}
 run_mem() { # memory mode of the next run: two testpmds
     case $MEM in
         huge | nohuge) echo "$MEM" ;;

@@ -15,26 +15,9 @@ the median gains over the flow counts, as the 2011 tables
 markdown table in --md.
 """
 import csv
-import math
-import statistics
 import sys
 
-
-def num(v):
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def f(x, fmt="%.2f"):
-    return "-" if x is None else fmt % x
+from benchstats import f, med, num
 
 
 def main():

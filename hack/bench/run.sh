@@ -65,6 +65,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC1091
 source "$HERE/../lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
 # shellcheck disable=SC2034  # read by lib.sh
 VMQ_TAG=bench
 
@@ -209,22 +211,6 @@ FAILED=0
 printf '%s\n' "trial	config	backend	mpps	cpu_pct	be_mpps	fe_cpu_pct	psi_some_avg10	busy_pct	be_drop_pps	src_drop_pct	window_s	mem	started_utc	status	gc_cycles	mallocs_per_frame" >"$RAW"
 
 # ---------------------------------------------------------------- helpers
-# untrack PID: forget a process once it is reaped, so that the exit trap
-# never signals a recycled PID
-untrack() {
-    local i
-    for i in "${!VMQ_PIDS[@]}"; do [[ ${VMQ_PIDS[i]} == "$1" ]] && unset 'VMQ_PIDS[i]'; done
-    VMQ_PIDS=("${VMQ_PIDS[@]}")
-}
-stop_pid() { # stop_pid PID [GRACE]: stop, reap, untrack; VMQ_RC = exit status
-    [[ -n $1 ]] || return 0
-    vmq_stop "$1" "${2:-8}"
-    untrack "$1"
-}
-dpdk_forget() { # remove what a finished DPDK process left behind
-    rm -rf -- "/var/run/dpdk/$1"
-    rm -f -- /dev/hugepages/"$1"map_* /dev/hugepages/"$1"-*
-}
 mem_args() { # mem_args MODE: EAL memory words
     if [[ $1 == huge ]]; then echo "-m $DPDK_MB --single-file-segments"; else echo "--no-huge -m $DPDK_MB"; fi
 }

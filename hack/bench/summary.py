@@ -13,26 +13,10 @@ frames, % of one CPU); the median CPU pressure (PSI some avg10).
 Plain text on stdout, a markdown table in --md.
 """
 import csv
-import math
 import statistics
 import sys
 
-
-def num(v):
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def f(x, fmt="%.2f"):
-    return "-" if x is None else fmt % x
+from benchstats import f, med, num
 
 
 def main():
