@@ -65,7 +65,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=../lib.sh disable=SC1091
 source "$HERE/../lib.sh"
-# shellcheck source-path=SCRIPTDIR source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh disable=SC1091
 source "$HERE/lib.sh"
 # shellcheck disable=SC2034  # read by lib.sh
 VMQ_TAG=bench
