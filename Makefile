@@ -67,6 +67,10 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 
 ##@ Checks
 
+.PHONY: doctor
+doctor: ## Print what the tests will use on this machine (cgroups, hugepages, QEMU, DPDK, OCI runtime, caches) and fail early when something cannot work
+	hack/doctor.sh
+
 .PHONY: generate
 generate: ## Regenerate the gRPC/protobuf code (agent API, KubeVirt hook API)
 	hack/generate.sh

@@ -14,6 +14,8 @@
 # Usage: hack/image.sh [--keep]
 #   --keep   leave the images in podman's storage (localhost/vhostmq:podman,
 #            localhost/vhostmq/kubevirt-binding:podman)
+# Podman runs with the OCI runtime, cgroup manager and events log pinned
+# (vmq_podman in lib.sh), and says which it used.
 # Prints "N passed, N failed"; exit status 1 if any check failed.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,8 +31,10 @@ case ${1:-} in
 esac
 vmq_need_root
 command -v podman >/dev/null || vmq_die "podman is missing (hack/install-deps.sh installs it)"
+command -v "$VMQ_OCI_RUNTIME" >/dev/null || vmq_die "OCI runtime $VMQ_OCI_RUNTIME is missing (hack/install-deps.sh installs runc; VHOSTMQ_OCI_RUNTIME picks another)"
 cd "$VMQ_REPO_ROOT"
 
+vmq_log "podman $(podman version --format '{{.Client.Version}}'), OCI runtime $VMQ_OCI_RUNTIME ($("$VMQ_OCI_RUNTIME" --version | head -n1)), storage $(vmq_podman info --format '{{.Store.GraphDriverName}}'), cgroups $(vmq_podman info --format '{{.Host.CgroupsVersion}}') via cgroupfs; podman's own default would be $(podman info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null || echo '?')"
 GO_VERSION=$(go env GOVERSION)
 # the host's caches, lent at the same paths: with -trimpath a module
 # package's cache key holds its directory, so same paths mean cache hits
@@ -49,8 +53,8 @@ check() { # check WHAT CMD...
 cleanup() {
     local rc=$?
     set +e
-    [[ -n ${cid:-} ]] && podman rm -f "$cid" >/dev/null 2>&1
-    ((KEEP)) || podman rmi -f "$MAIN" "$SIDECAR" >/dev/null 2>&1
+    [[ -n ${cid:-} ]] && vmq_podman rm -f "$cid" >/dev/null 2>&1
+    ((KEEP)) || vmq_podman rmi -f "$MAIN" "$SIDECAR" >/dev/null 2>&1
     rm -rf "$work"
     exit "$rc"
 }
@@ -65,19 +69,19 @@ cp /bin/busybox "$root/bin/busybox"
 for a in sh mkdir rm cp ls cat env; do ln -s busybox "$root/bin/$a"; done
 cp -a "$(go env GOROOT)" "$root/usr/local/go"
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
-tar -C "$root" -c . | podman import \
+tar -C "$root" -c . | vmq_podman import \
     --change 'ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin' \
     --change 'ENV GOPATH=/go' --change 'ENV GOTOOLCHAIN=local' --change 'ENV HOME=/root' \
     --change "ENV GOMODCACHE=$MODCACHE" --change "ENV GOCACHE=$BUILDCACHE" --change 'WORKDIR /go' \
     - "$BASE" >/dev/null
-vmq_log "base $BASE: busybox + $GO_VERSION ($(podman image inspect "$BASE" --format '{{.Size}}' | numfmt --to=iec))"
+vmq_log "base $BASE: busybox + $GO_VERSION ($(vmq_podman image inspect "$BASE" --format '{{.Size}}' | numfmt --to=iec))"
 
 # --------------------------------------------------------------- podman build
 lend=(-v "$MODCACHE:$MODCACHE" -v "$BUILDCACHE:$BUILDCACHE")
 build() { # LOG podman-build-args...: the build's output to LOG, its tail on failure
     local log=$1
     shift
-    podman build --pull=never --network host "${lend[@]}" "$@" . >"$log" 2>&1 || { tail -n 20 "$log"; return 1; }
+    vmq_podman build --pull=never --network host "${lend[@]}" "$@" . >"$log" 2>&1 || { tail -n 20 "$log"; return 1; }
 }
 t0=$(vmq_now)
 check "podman build . -> $MAIN" build "$work/build-main.log" -t "$MAIN"
@@ -91,9 +95,9 @@ CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags='-s -w' -o "$w
 # what an image holds: its files, exported
 files_of() { # IMAGE DIR
     mkdir -p "$2"
-    cid=$(podman create "$1" /x)
-    podman export "$cid" | tar -C "$2" -x
-    podman rm -f "$cid" >/dev/null
+    cid=$(vmq_podman create "$1" /x)
+    vmq_podman export "$cid" | tar -C "$2" -x
+    vmq_podman rm -f "$cid" >/dev/null
     cid=""
 }
 files_of "$MAIN" "$work/main"
@@ -113,7 +117,7 @@ check "$MAIN holds one binary per cmd/ ($nbin of $ncmd)" test "$nbin" = "$ncmd"
 check "$MAIN's binaries are byte for byte the offline build's" same_bins "$work/main"
 check "$SIDECAR holds only vhostmq-kubevirt-binding, the same bytes" \
     test "$(find "$work/sidecar/usr/local/bin" -type f -printf '%f\n')" = vhostmq-kubevirt-binding -a -z "$(same_bins "$work/sidecar")"
-ep() { podman image inspect "$1" --format '{{json .Config.Entrypoint}} {{.Config.User}}'; }
+ep() { vmq_podman image inspect "$1" --format '{{json .Config.Entrypoint}} {{.Config.User}}'; }
 check "entrypoints: $MAIN $(ep "$MAIN"), $SIDECAR $(ep "$SIDECAR")" \
     test "$(ep "$MAIN")/$(ep "$SIDECAR")" = '["/usr/local/bin/vhostmq-dataplane"] /["/usr/local/bin/vhostmq-kubevirt-binding"] 107:107'
 for b in "$work"/main/usr/local/bin/*; do

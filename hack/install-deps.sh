@@ -12,6 +12,10 @@
 #   * guest kernel: the linux-image package linux-image-amd64 points to is
 #     downloaded (apt-get download) and unpacked with dpkg-deb -x into
 #     KERNEL_DIR; nothing is installed into /boot, no host initramfs is built.
+#   * runc: podman's OCI runtime for image builds is pinned to it (hack/lib.sh
+#     vmq_podman; crun, podman's first choice, refuses hybrid cgroups).
+#   * at the end, hack/doctor.sh prints what the tests will use and fails
+#     when something cannot work.
 #   * hugepages are optional (DPDK runs with --no-huge otherwise);
 #     --hugepages N reserves N 2 MiB pages and mounts hugetlbfs.
 #
@@ -43,7 +47,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(qemu-system-x86 busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
-    libvirt-clients libxml2-utils containernetworking-plugins podman)
+    libvirt-clients libxml2-utils containernetworking-plugins podman runc)
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
@@ -126,3 +130,5 @@ fi
 
 vmq_log "done: packages $(vmq_elapsed "$T0" "$T1") s, kernel $(vmq_elapsed "$T1" "$T2") s"
 echo "VHOSTMQ_KERNEL_DIR=$KDIR"
+# what the tests will use, and an early stop when something cannot work
+VHOSTMQ_KERNEL_DIR=$KDIR "$HERE/doctor.sh"

@@ -195,6 +195,17 @@ vmq_result_line() {
     tr -d '\r' <"$1" 2>/dev/null | awk -v kind="$2" '$1 == "VHOSTMQ-RESULT" && $2 == kind { $1 = ""; l = $0 } END { sub(/^ /, "", l); print l }'
 }
 
+# ------------------------------------------------------------------ podman
+# Every podman call of the tests goes through vmq_podman, which pins what
+# podman would otherwise pick from the machine's state: the OCI runtime (on a
+# new Debian 12 machine podman picks crun, which refuses this kernel's hybrid
+# cgroup layout -- "cgroups in hybrid mode not supported" -- while runc runs
+# on it; a machine that had runc first picks runc), the cgroup manager
+# (cgroupfs: no systemd here) and the events log (a file, no journald).
+# VHOSTMQ_OCI_RUNTIME overrides the runtime (e.g. crun on a cgroup v2 host).
+VMQ_OCI_RUNTIME=${VHOSTMQ_OCI_RUNTIME:-runc}
+vmq_podman() { podman --runtime "$VMQ_OCI_RUNTIME" --cgroup-manager cgroupfs --events-backend file "$@"; }
+
 # ------------------------------------------------------------------ hugepages / DPDK
 # vmq_free_hugepages: free 2 MiB pages when hugetlbfs is mounted, else 0
 vmq_free_hugepages() {
