@@ -48,7 +48,10 @@ type Config struct {
 	// Rebalance moves queue pairs between workers when one is overloaded
 	// (rebalance.go).
 	Rebalance RebalanceConfig
-	Logger    *slog.Logger
+	// Watchdog finds and heals guest TX rings that nobody serves
+	// (watchdog.go); on by default.
+	Watchdog WatchdogConfig
+	Logger   *slog.Logger
 }
 
 // ErrPortExists and ErrNoPort are returned by AddPort and RemovePort.
@@ -66,6 +69,7 @@ type Dataplane struct {
 	topo    balance.Topology
 	rebal   RebalanceConfig
 	balance *rebalancer // rebalance.go
+	wd      *watchdog   // watchdog.go
 
 	// placeMu orders the changes to which worker serves a pair: AddPort's,
 	// RemovePort's and the rebalancer's moves.
@@ -154,6 +158,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	go d.routineAging()
 	d.balance = d.startRebalancer()
+	d.wd = d.startWatchdog(cfg.Watchdog)
 	log.Info("dataplane started", "workers", len(d.workers), "cpus", cpus, "rebalance", d.rebal.String())
 	return d, nil
 }
@@ -349,6 +354,7 @@ func (d *Dataplane) Close() {
 	}
 	close(d.stopAging)
 	<-d.agingDone
+	d.wd.close()
 	d.balance.stop()
 	d.stopWorkers()
 	if d.up != nil {

@@ -44,6 +44,9 @@ type QueueStats struct {
 	Bursts    uint64       `json:"bursts"` // bursts that moved frames: BusyNs/Bursts is the cost per burst
 	Drops     QueueDrops   `json:"drops"`
 	Offload   OffloadStats `json:"offload"`
+	// Stalls counts the times the watchdog found the TX ring with entries
+	// waiting that its worker could have taken and did not (watchdog.go).
+	Stalls uint64 `json:"stalls"`
 }
 
 // OffloadStats count what checksum and segmentation offloads did for the
@@ -122,6 +125,7 @@ func (p *port) stats() PortStats {
 			NoDestination: tc.DropNoDest.Load(),
 			BadOffload:    tc.DropOffload.Load(),
 		}
+		qs.Stalls = tc.Stalls.Load()
 		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}

@@ -24,6 +24,9 @@ type assignment struct {
 	// the old worker has let go), read by anyone: stores, not atomic adds.
 	busyNs atomic.Uint64 // time spent in bursts that moved frames
 	bursts atomic.Uint64 // bursts that moved frames
+	// holding: the TX ring's next chain is a frame held for a full
+	// destination RX ring (not a stall: the watchdog leaves it alone)
+	holding atomic.Bool
 }
 
 // assignments is a worker's list, with the most demanding polling mode

@@ -495,6 +495,84 @@ func (f *Frontend) GetVringBase(vring int) (uint32, error) {
 	return st.Num, nil
 }
 
+// StopPair does what QEMU does when it stops one queue pair's vhost_dev
+// (vhost_net_stop_one): GET_VRING_BASE on its RX and TX vring, which stops
+// them on the backend. It returns the two bases, for StartPair. The driver
+// side carries on meanwhile, as a guest does: it knows nothing of it.
+func (f *Frontend) StopPair(pair int) (rxBase, txBase uint16, err error) {
+	if pair < 0 || 2*pair+1 >= len(f.rings) {
+		return 0, 0, fmt.Errorf("frontend: pair %d out of range", pair)
+	}
+	rb, err := f.GetVringBase(2 * pair)
+	if err != nil {
+		return 0, 0, err
+	}
+	tb, err := f.GetVringBase(2*pair + 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	return uint16(rb), uint16(tb), nil
+}
+
+// StartPair does what QEMU does when it starts one queue pair's vhost_dev
+// (vhost_net_start_one, vhost_dev_start): SET_FEATURES, the memory table
+// again (SET_MEM_TABLE, or ADD_MEM_REG per region with UseMemSlots), then
+// per vring SET_VRING_NUM, SET_VRING_BASE (the given base), SET_VRING_ADDR,
+// SET_VRING_KICK and SET_VRING_CALL with the same eventfds, then
+// SET_VRING_ENABLE. Same rings, same guest memory.
+func (f *Frontend) StartPair(pair int, rxBase, txBase uint16, enable bool) error {
+	if pair < 0 || 2*pair+1 >= len(f.rings) {
+		return fmt.Errorf("frontend: pair %d out of range", pair)
+	}
+	f.ctl.Lock()
+	defer f.ctl.Unlock()
+	if err := f.ctrl(vhostuser.ReqSetFeatures, vhostuser.EncodeU64(nil, f.info.Features), nil); err != nil {
+		return err
+	}
+	if f.cfg.UseMemSlots && f.info.HasProtocolFeature(vhostuser.ProtoConfigureMemSlots) {
+		for _, r := range f.regions {
+			if err := f.ctrl(vhostuser.ReqAddMemReg, vhostuser.EncodeSingleRegion(nil, r), []int{f.memfd}); err != nil {
+				return err
+			}
+		}
+	} else if err := f.setMemTable(append([]vhostuser.MemRegion(nil), f.regions...)); err != nil {
+		return err
+	}
+	for k, base := range []uint16{rxBase, txBase} {
+		r, idx := f.rings[2*pair+k], uint32(2*pair+k)
+		steps := []struct {
+			req     vhostuser.Request
+			payload []byte
+			fds     []int
+		}{
+			{vhostuser.ReqSetVringNum, vhostuser.VringState{Index: idx, Num: uint32(r.n)}.Encode(nil), nil},
+			{vhostuser.ReqSetVringBase, vhostuser.VringState{Index: idx, Num: uint32(base)}.Encode(nil), nil},
+			{vhostuser.ReqSetVringAddr, vhostuser.VringAddr{Index: idx, Desc: uint64(f.base) + uint64(r.descOff),
+				Used: uint64(f.base) + uint64(r.usedOff), Avail: uint64(f.base) + uint64(r.availOff)}.Encode(nil), nil},
+			{vhostuser.ReqSetVringKick, vhostuser.EncodeU64(nil, uint64(idx)), []int{r.kickFD}},
+			{vhostuser.ReqSetVringCall, vhostuser.EncodeU64(nil, uint64(idx)), []int{r.callFD}},
+		}
+		for _, st := range steps {
+			if err := f.ctrl(st.req, st.payload, st.fds); err != nil {
+				return err
+			}
+		}
+	}
+	if f.info.Features&(1<<vhostuser.FeatureProtocolFeatures) == 0 {
+		return nil
+	}
+	var on uint32
+	if enable {
+		on = 1
+	}
+	for _, idx := range []uint32{uint32(2 * pair), uint32(2*pair + 1)} {
+		if err := f.ctrl(vhostuser.ReqSetVringEnable, vhostuser.VringState{Index: idx, Num: on}.Encode(nil), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // SetStatus sends SET_STATUS (needs the STATUS protocol feature).
 func (f *Frontend) SetStatus(status uint64) error {
 	return f.Ctrl(vhostuser.ReqSetStatus, vhostuser.EncodeU64(nil, status), nil)

@@ -436,6 +436,30 @@ func (f *Frontend) SendHdr(pair int, hdr *virtio.NetHdr, frame []byte) error {
 	return f.notify(r)
 }
 
+// SendNoKick queues a frame and publishes it like Send, but loses the kick
+// that Send would have sent (it still counts as the last notification
+// decision, as in a driver whose eventfd write went missing). With
+// EVENT_IDX the backend's avail_event then stays behind, so the driver
+// kicks for no later frame either: the lost-kick stall, for tests of the
+// backend's stall watchdog.
+func (f *Frontend) SendNoKick(pair int, frame []byte) error {
+	r, err := f.txRing(pair)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := f.reclaimTx(r); err != nil {
+		return err
+	}
+	if err := f.enqueueTx(r, nil, frame); err != nil {
+		return err
+	}
+	f.publish(r)
+	r.kickedIdx = r.availIdx
+	return nil
+}
+
 // SendBurst queues as many frames as fit, publishes them with one avail idx
 // update and makes one notification decision. It returns how many were
 // queued; if not all, the error is ErrRingFull (or the failure).

@@ -1,8 +1,10 @@
 package netdev
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +32,9 @@ func malformed(m *vhostuser.Message, err error) error {
 
 // handle processes one message and sends its reply.
 func (p *Port) handle(conn *vhostuser.Conn, m *vhostuser.Message) error {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("vhost-user message", describe(m)...)
+	}
 	p.ctl.Lock()
 	reply, hasReply, err := p.dispatch(m)
 	ack := p.ctl.protocol&(1<<vhostuser.ProtoReplyAck) != 0 && m.NeedReply()
@@ -53,7 +58,8 @@ func (p *Port) handle(conn *vhostuser.Conn, m *vhostuser.Message) error {
 
 func (p *Port) vring(m *vhostuser.Message, index uint32) (*Vring, error) {
 	if index >= uint32(len(p.vrings)) {
-		return nil, malformed(m, fmt.Errorf("vring index %d out of range (port has %d vrings)", index, len(p.vrings)))
+		return nil, malformed(m, fmt.Errorf("vring %d (queue pair %d) is beyond port %q's %d queue pairs (vrings 0..%d); the frontend asks for more queues than the port was created with",
+			index, index/2, p.cfg.Name, p.cfg.QueuePairs, len(p.vrings)-1))
 	}
 	return p.vrings[index], nil
 }
@@ -95,9 +101,9 @@ func (p *Port) dispatch(m *vhostuser.Message) (reply []byte, hasReply bool, err 
 		p.ctl.protocol = v
 		return nil, false, nil
 	case vhostuser.ReqGetQueueNum:
-		if err := p.needProtocol(m, vhostuser.ProtoMQ); err != nil {
-			return nil, false, err
-		}
+		// Answered whenever MQ is offered (always), even before
+		// SET_PROTOCOL_FEATURES: the spec asks only that MQ be in the
+		// queried features, and DPDK answers it the same way.
 		// QEMU compares this with queue *pairs* (net/vhost-user.c).
 		return u64(uint64(p.cfg.QueuePairs)), true, nil
 	case vhostuser.ReqGetMaxMemSlots:
@@ -390,4 +396,42 @@ func (p *Port) swapMem(t *guestmem.Table, retire []*guestmem.Region) {
 			r.Unmap()
 		}
 	}
+}
+
+// describe turns a message into log attributes: the request, the ring it
+// is for and the values it carries, as a debug log of the frontend's
+// conversation (what QEMU really sends, in order).
+func describe(m *vhostuser.Message) []any {
+	a := []any{"request", m.Request.String(), "fds", len(m.FDs)}
+	if m.NeedReply() {
+		a = append(a, "needReply", true)
+	}
+	switch m.Request {
+	case vhostuser.ReqSetVringNum, vhostuser.ReqSetVringBase, vhostuser.ReqSetVringEnable, vhostuser.ReqGetVringBase:
+		if s, err := vhostuser.DecodeVringState(m.Payload); err == nil {
+			a = append(a, "vring", s.Index, "num", s.Num)
+		}
+	case vhostuser.ReqSetVringAddr:
+		if v, err := vhostuser.DecodeVringAddr(m.Payload); err == nil {
+			a = append(a, "vring", v.Index, "flags", v.Flags, "desc", fmt.Sprintf("%#x", v.Desc),
+				"avail", fmt.Sprintf("%#x", v.Avail), "used", fmt.Sprintf("%#x", v.Used))
+		}
+	case vhostuser.ReqSetVringKick, vhostuser.ReqSetVringCall, vhostuser.ReqSetVringErr:
+		if x, err := vhostuser.DecodeU64(m.Payload); err == nil {
+			a = append(a, "vring", x&vhostuser.VringIndexMask, "noFD", x&vhostuser.VringNoFD != 0)
+		}
+	case vhostuser.ReqSetFeatures, vhostuser.ReqSetProtocolFeatures, vhostuser.ReqSetStatus, vhostuser.ReqNetSetMTU:
+		if x, err := vhostuser.DecodeU64(m.Payload); err == nil {
+			a = append(a, "value", fmt.Sprintf("%#x", x))
+		}
+	case vhostuser.ReqSetMemTable:
+		if r, err := vhostuser.DecodeMemTable(m.Payload); err == nil {
+			a = append(a, "regions", len(r))
+		}
+	case vhostuser.ReqAddMemReg, vhostuser.ReqRemMemReg:
+		if r, err := vhostuser.DecodeSingleRegion(m.Payload); err == nil {
+			a = append(a, "gpa", fmt.Sprintf("%#x", r.GuestPhysAddr), "size", r.Size)
+		}
+	}
+	return a
 }

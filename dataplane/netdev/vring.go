@@ -1,6 +1,7 @@
 package netdev
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -65,6 +66,12 @@ type Counters struct {
 	GSOSegmented atomic.Uint64 // RX: GSO frames cut into segments in software for this guest
 	CsumSoftware atomic.Uint64 // RX: partial checksums completed in software for this guest
 	DropOffload  atomic.Uint64 // TX: frames whose offload metadata did not fit the frame
+	// Stalls counts the times the stall watchdog found this TX ring with
+	// frames waiting and nothing taken for longer than its bound.
+	Stalls atomic.Uint64
+	// BaseMismatch counts ring starts whose SET_VRING_BASE disagreed with
+	// the ring's used index.
+	BaseMismatch atomic.Uint64
 }
 
 var vringIDs atomic.Uint32
@@ -85,10 +92,62 @@ func (v *Vring) Lock() { v.mu.Lock() }
 // Unlock releases it.
 func (v *Vring) Unlock() { v.mu.Unlock() }
 
-// Queue returns the ring when it may carry traffic: set up, memory mapped,
-// enabled and not broken; nil otherwise. Caller holds the lock.
+// TryLock takes the lock only if it is free: the stall watchdog never waits
+// behind a worker's burst.
+func (v *Vring) TryLock() bool { return v.mu.TryLock() }
+
+// RingState is what a ring looks like from the device side, for the stall
+// watchdog and the debug ring dump.
+type RingState struct {
+	Started, Enabled bool
+	Ready            bool   // a queue exists: started, set up and memory mapped
+	Broken           string // why the ring stopped, if it did
+	Size             int
+	EventIdx         bool
+	AvailIdx         uint16 // the driver's published avail index
+	LastAvail        uint16 // the next entry the device takes
+	UsedIdx          uint16 // the device's used index
+	AvailEvent       uint16 // EVENT_IDX: the driver kicks when AvailIdx passes it
+	UsedEvent        uint16 // EVENT_IDX: the driver wants a call when UsedIdx passes it
+	AvailFlags       uint16
+	UsedFlags        uint16
+	KickFD           int
+}
+
+// Pending is how many chains the driver made available that the device has
+// not taken.
+func (s RingState) Pending() uint16 { return s.AvailIdx - s.LastAvail }
+
+// State reads the ring's state. Caller holds the lock.
+func (v *Vring) State() RingState {
+	s := RingState{Started: v.started, Enabled: v.enabled, Ready: v.q != nil, Size: v.num, KickFD: v.kickFD,
+		LastAvail: v.base}
+	if v.broken != nil {
+		s.Broken = v.broken.Error()
+	}
+	if q := v.q; q != nil {
+		s.EventIdx = q.EventIdx()
+		s.AvailIdx, s.LastAvail, s.UsedIdx = q.AvailIdx(), q.LastAvail(), q.UsedIdx()
+		s.AvailEvent, s.UsedEvent = q.AvailEvent(), q.UsedEvent()
+		s.AvailFlags, s.UsedFlags = q.AvailFlags(), q.UsedFlags()
+	}
+	return s
+}
+
+// LogValue prints the state as one group in the log.
+func (s RingState) LogValue() slog.Value {
+	return slog.GroupValue(slog.Bool("started", s.Started), slog.Bool("enabled", s.Enabled), slog.Bool("ready", s.Ready),
+		slog.String("broken", s.Broken), slog.Int("size", s.Size), slog.Bool("eventIdx", s.EventIdx),
+		slog.Int("availIdx", int(s.AvailIdx)), slog.Int("lastAvail", int(s.LastAvail)), slog.Int("usedIdx", int(s.UsedIdx)),
+		slog.Int("availEvent", int(s.AvailEvent)), slog.Int("usedEvent", int(s.UsedEvent)),
+		slog.Int("availFlags", int(s.AvailFlags)), slog.Int("usedFlags", int(s.UsedFlags)), slog.Int("kickFD", s.KickFD))
+}
+
+// Queue returns the ring when it may carry traffic: started, set up,
+// memory mapped, enabled and not broken; nil otherwise. Caller holds the
+// lock.
 func (v *Vring) Queue() *virtq.Queue {
-	if v.q == nil || !v.enabled || v.broken != nil {
+	if v.q == nil || !v.started || !v.enabled || v.broken != nil {
 		return nil
 	}
 	return v.q
@@ -141,13 +200,16 @@ func (v *Vring) Break(err error) bool {
 var eventOne = [8]byte{1}
 
 // rebuild recreates the queue from the negotiated state; it is called after
-// every message that changes that state. Caller holds the lock.
+// every message that changes that state. Only a started ring has a queue
+// (spec "Ring states": SET_VRING_KICK starts a ring, GET_VRING_BASE stops
+// it): a stopped ring is neither translated nor served, whatever arrives
+// for it or for other rings meanwhile. Caller holds the lock.
 func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
 	if v.q != nil {
 		v.base = v.q.LastAvail() // keep a running ring's position
 	}
 	v.q = nil
-	if mem == nil || !v.addrSet || v.num == 0 {
+	if !v.started || mem == nil || !v.addrSet || v.num == 0 {
 		return nil
 	}
 	desc, err := mem.SliceUVA(v.addr.Desc, uint64(virtio.DescSize*v.num))
@@ -166,7 +228,16 @@ func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
 	if err != nil {
 		return err
 	}
+	if q.LastAvail() != v.base {
+		// The ring's used index disagrees with the base the frontend
+		// gave: the used index wins (docs/architecture.md, "Ring
+		// states"); said once per start.
+		v.Counters.BaseMismatch.Add(1)
+		v.Port.log.Warn("vring base differs from the ring's used index; resuming at the used index",
+			"vring", v.Index, "base", v.base, "usedIdx", q.UsedIdx())
+	}
 	v.q, v.broken = q, nil
+	v.base = q.LastAvail()
 	return nil
 }
 

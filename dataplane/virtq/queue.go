@@ -76,9 +76,13 @@ func New(mem *guestmem.Table, size int, desc, avail, used []byte, lastAvail uint
 		return nil, errMisalignedRings
 	}
 	q := &Queue{mem: mem, size: uint16(size), mask: uint16(size - 1), desc: desc, avail: avail, used: used, feat: f}
-	// Like DPDK, trust used.idx: this backend completes in order, so at any
-	// quiescent point last_avail == used idx, and after a frontend restart
-	// QEMU restores last_avail from used.idx too.
+	// This backend completes chains in order and never holds one across a
+	// stop, so a ring resumes where its used index stands: lastAvail (the
+	// SET_VRING_BASE value) equals used.idx. Where they differ, used.idx
+	// wins, as in DPDK (translate_ring_addresses): chains between them were
+	// taken and never returned, and taking them again (a TX frame resent,
+	// an RX buffer refilled) is better than leaking them from the driver.
+	// The caller sees the difference in LastAvail.
 	q.usedIdx = load16(used, 2)
 	q.lastAvail = lastAvail
 	if lastAvail != q.usedIdx {
@@ -86,6 +90,25 @@ func New(mem *guestmem.Table, size int, desc, avail, used []byte, lastAvail uint
 	}
 	return q, nil
 }
+
+// AvailIdx returns the driver's published avail index (acquire).
+func (q *Queue) AvailIdx() uint16 { return loadAcquire16(q.avail, 2) }
+
+// AvailFlags returns the driver's avail ring flags.
+func (q *Queue) AvailFlags() uint16 { return load16(q.avail, 0) }
+
+// UsedFlags returns the used ring flags as last set by this device.
+func (q *Queue) UsedFlags() uint16 { return q.usedFlags }
+
+// AvailEvent returns the avail_event this device last published (EVENT_IDX:
+// the driver kicks when its avail index passes it).
+func (q *Queue) AvailEvent() uint16 { return load16(q.used, 4+virtio.UsedElemSize*int(q.size)) }
+
+// UsedEvent returns the driver's used_event (EVENT_IDX).
+func (q *Queue) UsedEvent() uint16 { return load16(q.avail, 4+2*int(q.size)) }
+
+// EventIdx reports whether VIRTIO_RING_F_EVENT_IDX is in use.
+func (q *Queue) EventIdx() bool { return q.feat.EventIdx }
 
 // Size returns the number of ring entries.
 func (q *Queue) Size() int { return int(q.size) }
