@@ -49,7 +49,16 @@ type Config struct {
 	// SocketOwner, when set, owns the socket a server-role port creates
 	// (mode 0660), so that QEMU running as that user can connect.
 	SocketOwner *Owner
+	// HandshakeTimeout bounds how long a new connection may take to send
+	// SET_OWNER (every frontend's first setting message); a connection
+	// that has not is closed, so that nothing can hold a port by
+	// connecting and saying nothing. 0 means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 }
+
+// DefaultHandshakeTimeout is how long a frontend has to send SET_OWNER
+// after connecting (QEMU and DPDK send it within milliseconds).
+const DefaultHandshakeTimeout = 10 * time.Second
 
 // Owner is a uid/gid pair.
 type Owner struct{ UID, GID int }
@@ -141,6 +150,10 @@ type Port struct {
 
 	connected atomic.Bool
 	connects  atomic.Uint64
+	// owned: the current connection sent SET_OWNER (its handshake is
+	// done; a newer connection no longer replaces it)
+	owned   atomic.Bool
+	refused atomic.Uint64 // connections refused while another was established
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -238,33 +251,30 @@ func listen(path string, owner *Owner) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// routineSocket accepts (server) or dials (client) frontends, one at a time,
-// forever, until the port is closed.
+// routineSocket accepts (server) or dials (client) frontends, one session
+// at a time, forever, until the port is closed.
 func (p *Port) routineSocket(ctx context.Context, ln *net.UnixListener) {
 	defer close(p.done)
 	if ln != nil {
-		go func() { <-ctx.Done(); ln.Close() }()
+		p.serveListener(ctx, ln)
+	} else {
+		p.dialForever(ctx)
 	}
+	p.reset()
+}
+
+// dialForever dials the frontend's socket (client role) and serves each
+// connection until it ends, then dials again.
+func (p *Port) dialForever(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		var c *net.UnixConn
-		var err error
-		if ln != nil {
-			c, err = ln.AcceptUnix()
-		} else {
-			var d net.Dialer
-			var nc net.Conn
-			if nc, err = d.DialContext(ctx, "unix", p.cfg.Socket); err == nil {
-				c = nc.(*net.UnixConn)
-			}
-		}
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "unix", p.cfg.Socket)
 		if err != nil {
 			if ctx.Err() != nil {
-				break
+				return
 			}
-			if ln != nil {
-				p.log.Error("accept failed", "err", err)
-			} else if p.connects.Load() == 0 && backoff == 50*time.Millisecond {
+			if p.connects.Load() == 0 && backoff == 50*time.Millisecond {
 				p.log.Info("waiting for the frontend's socket", "socket", p.cfg.Socket, "err", err)
 			}
 			select {
@@ -275,10 +285,112 @@ func (p *Port) routineSocket(ctx context.Context, ln *net.UnixListener) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
-		p.serve(ctx, c)
+		p.serve(ctx, nc.(*net.UnixConn))
 	}
-	p.reset()
 }
+
+// serveListener accepts frontends (server role). The port serves one
+// session at a time, and never leaves a connection waiting unanswered: a
+// new connection replaces the current one while that has not finished its
+// handshake (a frontend that connected and said nothing, or one that died
+// half way), and is closed at once, with a log line, while the current one
+// is established, as QEMU's and DPDK's single-connection sockets do.
+func (p *Port) serveListener(ctx context.Context, ln *net.UnixListener) {
+	conns := make(chan *net.UnixConn)
+	go p.acceptLoop(ctx, ln, conns)
+	var cur *net.UnixConn
+	var curDone chan struct{}
+	var lastRefusalLog time.Time
+	start := func(c *net.UnixConn) {
+		cur, curDone = c, make(chan struct{})
+		done := curDone
+		go func() { p.serve(ctx, c); close(done) }()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if cur != nil {
+				<-curDone // serve ends with the context
+			}
+			return
+		case <-curDone:
+			cur, curDone = nil, nil
+		case c := <-conns:
+			if cur != nil && peerGone(cur) {
+				<-curDone // its session sees the hang-up and ends
+				cur, curDone = nil, nil
+			}
+			switch {
+			case cur == nil:
+				start(c)
+			case !p.owned.Load():
+				p.log.Warn("a newer frontend connection replaces one that has not finished its handshake",
+					"socket", p.cfg.Socket, "connection", p.connects.Load())
+				cur.Close()
+				<-curDone
+				start(c)
+			default:
+				c.Close()
+				n := p.refused.Add(1)
+				if time.Since(lastRefusalLog) >= 10*time.Second {
+					lastRefusalLog = time.Now()
+					p.log.Warn("refused a second frontend connection: the port serves one frontend at a time and its current one is established",
+						"socket", p.cfg.Socket, "connection", p.connects.Load(), "refusedSoFar", n)
+				}
+			}
+		}
+	}
+}
+
+// peerGone reports whether the other end of c hung up (a frontend that
+// exited just before its successor connected).
+func peerGone(c *net.UnixConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	rc.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
+			gone = pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+		}
+	})
+	return gone
+}
+
+// acceptLoop hands every accepted connection to serveListener.
+func (p *Port) acceptLoop(ctx context.Context, ln *net.UnixListener, conns chan<- *net.UnixConn) {
+	go func() { <-ctx.Done(); ln.Close() }()
+	backoff := 50 * time.Millisecond
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Error("accept failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		select {
+		case conns <- c:
+		case <-ctx.Done():
+			c.Close()
+			return
+		}
+	}
+}
+
+// Refused counts connections refused because another frontend was
+// established.
+func (p *Port) Refused() uint64 { return p.refused.Load() }
 
 // serve runs one frontend session. Any protocol error ends this session
 // only; the port waits for the next one.
@@ -289,15 +401,24 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	p.ctl.Lock()
 	p.ctl.conn = conn
 	p.ctl.Unlock()
+	p.owned.Store(false)
 	p.connected.Store(true)
 	n := p.connects.Add(1)
 	p.log.Info("frontend connected", "socket", p.cfg.Socket, "role", p.cfg.Role, "connection", n)
-	err := p.session(conn)
+	hs := p.cfg.HandshakeTimeout
+	if hs <= 0 {
+		hs = DefaultHandshakeTimeout
+	}
+	c.SetReadDeadline(time.Now().Add(hs))
+	err := p.session(conn, c)
 	conn.Close()
 	p.connected.Store(false)
 	p.reset()
 	switch {
 	case ctx.Err() != nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		p.log.Warn("frontend connection closed: no SET_OWNER within the handshake timeout", "socket", p.cfg.Socket,
+			"connection", n, "timeout", hs.String())
 	case errors.Is(err, net.ErrClosed), errors.Is(err, os.ErrClosed), isEOF(err):
 		p.log.Info("frontend disconnected", "socket", p.cfg.Socket)
 	default:
@@ -305,11 +426,15 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	}
 }
 
-func (p *Port) session(conn *vhostuser.Conn) error {
+func (p *Port) session(conn *vhostuser.Conn, c *net.UnixConn) error {
 	for {
 		m, err := conn.ReadMessage()
 		if err != nil {
 			return err
+		}
+		if m.Request == vhostuser.ReqSetOwner && !p.owned.Load() {
+			p.owned.Store(true)
+			c.SetReadDeadline(time.Time{}) // established: it may stay quiet for as long as it likes
 		}
 		err = p.handleSafely(conn, m)
 		m.CloseFDs()
