@@ -38,8 +38,9 @@ echo "vhostmq doctor: what the tests use on $(hostname)"
 
 # ------------------------------------------------------------------ machine
 if [[ $(id -u) == 0 ]]; then ok user root; else bad user "not root: the tests create namespaces, taps and mounts (run as root)"; fi
-os=$(. /etc/os-release && echo "$PRETTY_NAME")
-if [[ $(. /etc/os-release && echo "$ID $VERSION_ID") == "debian 12" ]]; then ok os "$os, kernel $(uname -r)"; else info os "$os, kernel $(uname -r) (the scripts are written for Debian 12)"; fi
+osrel() { sed -n "s/^$1=\"\{0,1\}\([^\"]*\)\"\{0,1\}\$/\1/p" /etc/os-release; }
+os=$(osrel PRETTY_NAME)
+if [[ "$(osrel ID) $(osrel VERSION_ID)" == "debian 12" ]]; then ok os "$os, kernel $(uname -r)"; else info os "$os, kernel $(uname -r) (the scripts are written for Debian 12)"; fi
 cpus=$(nproc)
 mem=$(awk '/^MemTotal:/ { printf "%d", $2 / 1048576 }' /proc/meminfo)
 if ((cpus >= 2)); then ok cpus "$cpus online (dataplane workers on CPU 1, guests and peers share both)"; else info cpus "$cpus online: workers and peers share one CPU, the smokes are slow"; fi
