@@ -295,7 +295,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	d.byName[cfg.Name] = p
 	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)
 	for i := range p.workers {
-		a := &assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling}
+		a := &assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling, hold: txHold{kick: -1}}
 		p.assigns = append(p.assigns, a)
 		p.workers[i].Load().add(a)
 	}

@@ -78,6 +78,9 @@ type scratch struct {
 	culprit *netdev.Vring // the vring whose memory is being touched, blamed for a fault
 	start   int64         // wall clock at the start of the last burst that had work
 	txHead  uint16        // the TX chain in hand (taken, not yet returned)
+	a       *assignment   // the pair whose TX ring is being served (hold.go)
+	retry   bool          // the frame in hand is a's held frame, tried again
+	held    bool          // forward held the frame in hand: give the chain back, end the burst
 }
 
 // init prepares the header every delivered frame starts with.
@@ -97,6 +100,9 @@ func (w *worker) serveTX(a *assignment) bool {
 	discard := false
 	if q == nil {
 		if q = v.StartedDisabled(); q == nil {
+			if a.hold.rv != nil {
+				a.clearHold() // its ring stopped under it
+			}
 			return false
 		}
 		discard = true
@@ -120,7 +126,13 @@ func (w *worker) serveTX(a *assignment) bool {
 	multiPair := len(src.rxReady) > 1
 	var lastSmac vswitch.MAC
 	learned := false
-	for range n {
+	// A frame held for a full destination (hold.go) is the first chain of
+	// the next burst; it ends the burst it was held in.
+	s.a = a
+	wasHolding, heldAt := a.hold.rv != nil, -1
+burst:
+	for k := range n {
+		s.retry = wasHolding && k == 0
 		head, err := q.Pop()
 		if err != nil {
 			w.breakVring(v, err)
@@ -176,6 +188,11 @@ func (w *worker) serveTX(a *assignment) bool {
 			switch mode {
 			case offloadPass:
 				frameLen = w.forwardMeta(to, &r, frame, limit, hash)
+				if s.held {
+					q.Unpop(1)
+					heldAt = k
+					break burst
+				}
 			case offloadLinear:
 				frameLen = w.linearize(&r, frame, limit)
 			default: // refused: the walk still checks the whole chain
@@ -202,6 +219,11 @@ func (w *worker) serveTX(a *assignment) bool {
 				frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
 			case to != nil && to != src:
 				frameLen = w.forward(to, &r, frame, maxFrame, hash)
+				if s.held {
+					q.Unpop(1)
+					heldAt = k
+					break burst
+				}
 			default:
 				frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
 			}
@@ -279,6 +301,12 @@ func (w *worker) serveTX(a *assignment) bool {
 		}
 	}
 	s.culprit = nil
+	s.a, s.retry = nil, false
+	if s.held {
+		s.held = false
+	} else if wasHolding {
+		a.clearHold()
+	}
 	w.releaseRX(true)
 	q.Publish()
 	v.Call()
@@ -293,7 +321,7 @@ func (w *worker) serveTX(a *assignment) bool {
 		c.DropDisable.Add(disabled)
 	}
 	w.callTouched()
-	return true
+	return heldAt != 0 // a burst that only held its first frame moved nothing
 }
 
 // unlockBurst releases the burst's locks. On the normal path the held RX
@@ -433,6 +461,9 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
 	if res == fillDone {
 		if n <= maxFrame && n >= s.minLen && r.Err() == nil {
+			if a := s.a; a != nil && a.hold.stalled != nil {
+				a.delivered(dst)
+			}
 			w.commit(h, nbufs, n)
 			if s.hdr[1] != virtio.GSONone { // offloads.go: a GSO frame passed whole
 				rv.Counters.GSOWhole.Add(1)
@@ -444,7 +475,7 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	// Restored on a normal return only: after a fault in rv's memory
 	// serveSafely must find rv, not the source ring, as the culprit.
 	s.culprit = prev
-	if res == fillDone {
+	if res == fillDone || (res == fillNoRoom && w.hold(rv, dst)) {
 		return n
 	}
 	n += r.Skip(maxFrame + 1 - n)

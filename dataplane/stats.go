@@ -47,6 +47,9 @@ type QueueStats struct {
 	// Stalls counts the times the watchdog found the TX ring with entries
 	// waiting that its worker could have taken and did not (watchdog.go).
 	Stalls uint64 `json:"stalls"`
+	// Held counts frames for this guest that found its RX ring full and
+	// waited at their source instead of being dropped (hold.go).
+	Held uint64 `json:"held"`
 }
 
 // OffloadStats count what checksum and segmentation offloads did for the
@@ -67,6 +70,7 @@ type QueueDrops struct {
 	Runt          uint64 `json:"runt"`          // shorter than an Ethernet header
 	NoDestination uint64 `json:"noDestination"` // no port to deliver to
 	BadOffload    uint64 `json:"badOffload"`    // offload metadata that does not fit the frame
+	RxHoldExpired uint64 `json:"rxHoldExpired"` // held for a full RX ring past the bound, then dropped (also in rxNoBuffer)
 }
 
 // Stats returns a snapshot of every port, sorted by name.
@@ -125,7 +129,8 @@ func (p *port) stats() PortStats {
 			NoDestination: tc.DropNoDest.Load(),
 			BadOffload:    tc.DropOffload.Load(),
 		}
-		qs.Stalls = tc.Stalls.Load()
+		qs.Stalls, qs.Held = tc.Stalls.Load(), rc.Held.Load()
+		qs.Drops.RxHoldExpired = rc.HoldExpired.Load()
 		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}

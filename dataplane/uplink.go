@@ -695,13 +695,18 @@ func (w *worker) unarmHeld() {
 // frame's time is up, at most 1 ms when there is no kick to wait for;
 // -1 (no limit) without a held frame.
 func (w *worker) sleepTimeout() int {
-	wu := w.up
-	if wu == nil || wu.held.to == nil {
-		return -1
+	left := w.holdTimeout() // held guest frames (hold.go)
+	if wu := w.up; wu != nil && wu.held.to != nil {
+		l := wu.limit - (nanotime() - wu.held.since)
+		if wu.held.kick < 0 {
+			l = min(l, int64(time.Millisecond))
+		}
+		if left < 0 || l < left {
+			left = l
+		}
 	}
-	left := wu.limit - (nanotime() - wu.held.since)
-	if wu.held.kick < 0 {
-		left = min(left, int64(time.Millisecond))
+	if left < 0 {
+		return -1
 	}
 	return int(max((left+int64(time.Millisecond)-1)/int64(time.Millisecond), 1))
 }
@@ -712,6 +717,13 @@ func (d *Dataplane) wakeHolding(rv *netdev.Vring) {
 	for _, w := range d.workers {
 		if w.up != nil && w.up.heldOn.Load() == rv {
 			w.wake()
+			continue
+		}
+		for _, a := range w.list.Load().list {
+			if a.heldOn.Load() == rv {
+				w.wake()
+				break
+			}
 		}
 	}
 }

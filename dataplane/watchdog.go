@@ -142,8 +142,12 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 		wd.seen[v] = &ringWatch{lastAvail: st.LastAvail, since: now, passes: w.passes.Load(), sleeps: w.sleeps.Load()}
 		return
 	}
-	couldServe := w.sleeping.Load() || w.passes.Load() != rw.passes || w.sleeps.Load() != rw.sleeps
-	if now-rw.since < int64(wd.cfg.Bound) || !couldServe {
+	if now-rw.since < int64(wd.cfg.Bound) {
+		v.Unlock()
+		return
+	}
+	why := wd.missed(w, rw, v, st.KickFD)
+	if why == "" {
 		v.Unlock()
 		return
 	}
@@ -166,11 +170,41 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 	w.wake()
 	if !rw.reported {
 		wd.d.log.Warn("queue stalled: entries waiting and none taken; served it again", "port", v.Port.Name(), "pair", a.pair,
-			"vring", v.Index, "for", time.Duration(now-rw.since).String(), "ring", st, "cpu", w.cpu,
+			"vring", v.Index, "for", time.Duration(now-rw.since).String(), "why", why, "ring", st, "cpu", w.cpu,
 			"workerSleeping", w.sleeping.Load(), "kickWatched", watched, "onWorker", onWorker)
 		rw.reported = true
 	}
 	rw.since, rw.passes, rw.sleeps = now, w.passes.Load(), w.sleeps.Load()
+}
+
+// missed says how the worker could have taken a ring's waiting entries
+// since the watchdog first saw them, and did not ("" when it could not: it
+// is busy elsewhere or starved of CPU, which worker health reports). A
+// complete pass visits every ring; a sleep starts only after every ring
+// was re-armed and re-checked; and a worker asleep will not come for the
+// ring unless a kick is pending on an eventfd it watches.
+func (wd *watchdog) missed(w *worker, rw *ringWatch, v *netdev.Vring, kickFD int) string {
+	switch {
+	case w.passes.Load()-rw.passes >= 2:
+		return "its worker made passes without taking them"
+	case w.sleeps.Load() != rw.sleeps:
+		return "its worker went to sleep with them waiting"
+	case w.sleeping.Load() && !readable(kickFD):
+		return "its worker sleeps and no kick is pending"
+	case w.sleeping.Load() && !w.kickWatched(v, kickFD):
+		return "its worker sleeps and does not watch the ring's kick"
+	}
+	return ""
+}
+
+// readable reports whether an eventfd has a count to read.
+func readable(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n > 0 && pfd[0].Revents&unix.POLLIN != 0
 }
 
 // portList is every port, for readers that must not hold d.mu long.

@@ -24,9 +24,13 @@ type assignment struct {
 	// the old worker has let go), read by anyone: stores, not atomic adds.
 	busyNs atomic.Uint64 // time spent in bursts that moved frames
 	bursts atomic.Uint64 // bursts that moved frames
-	// holding: the TX ring's next chain is a frame held for a full
-	// destination RX ring (not a stall: the watchdog leaves it alone)
+	// hold is a frame of this pair's guest held for a full destination
+	// RX ring (hold.go); holding and heldOn say so to other goroutines
+	// (the watchdog leaves a holding ring alone; the RX ring's Changed
+	// hook wakes the worker).
+	hold    txHold
 	holding atomic.Bool
+	heldOn  atomic.Pointer[netdev.Vring]
 }
 
 // assignments is a worker's list, with the most demanding polling mode
@@ -252,6 +256,7 @@ func (w *worker) routine() {
 		w.sleeping.Store(true)
 		w.sleep(w.sleepTimeout())
 		w.sleeping.Store(false)
+		w.unarmHolds()
 		w.unarmHeld()
 		w.disarm()
 	}
@@ -335,6 +340,14 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 // meanwhile.
 func (w *worker) arm() (more bool) {
 	for _, a := range w.list.Load().list {
+		if a.hold.rv != nil {
+			// its next chain waits for the destination: wait for that
+			// ring's kick instead (hold.go)
+			if w.armHold(a) {
+				more = true
+			}
+			continue
+		}
 		a.tx.Lock()
 		if q := a.tx.Queue(); q != nil && q.SetNotify(true) {
 			more = true

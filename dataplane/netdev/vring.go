@@ -55,6 +55,8 @@ type Counters struct {
 	Kicks       atomic.Uint64
 	Calls       atomic.Uint64
 	DropNoBuf   atomic.Uint64 // RX: the guest had no (or too small) buffers
+	Held        atomic.Uint64 // RX: guest frames that found the ring full and were held at their source
+	HoldExpired atomic.Uint64 // RX: held frames dropped after the hold bound (also in DropNoBuf)
 	DropDisable atomic.Uint64 // TX: frames a disabled ring sent were discarded; RX: ring disabled
 	DropBad     atomic.Uint64 // chains that broke the ring protocol
 	DropMTU     atomic.Uint64 // frames longer than the port MTU allows

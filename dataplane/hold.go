@@ -1,0 +1,150 @@
+package dataplane
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+)
+
+// Holding guest-to-guest frames. A unicast frame whose destination guest's
+// RX ring is full is not dropped at once (TCP would have to resend it):
+// the source TX chain stays in its ring, untaken, and the burst on that
+// ring stops there, the way the tap uplink leaves a frame in the kernel's
+// queue (uplink.go). The ring is tried again on the next pass; a sleeping
+// worker waits on the destination ring's kick as well. Bounded: a frame
+// held for heldLimit (50 ms) is dropped (counted rxNoBuffer and
+// rxHoldExpired at the destination), and until that destination takes a
+// frame again its frames from this ring are dropped at once, so one stuck
+// guest holds a source queue at most once per heldLimit and other
+// destinations behind it wait no longer than that. Floods are never held,
+// and neither are frames read into scratch for software segmentation.
+
+// txHold is what an assignment holds: its TX ring's next chain is a frame
+// for rv, a full RX ring of dst. Only the worker serving the pair touches
+// it, except heldOn and holding, which others read.
+type txHold struct {
+	rv      *netdev.Vring
+	dst     *port
+	since   int64 // ns, when the frame first found rv full
+	kick    int   // a copy of rv's kick eventfd in the worker's epoll set while it sleeps, else -1
+	stalled *port // a destination whose held frame waited heldLimit: its frames are dropped until it takes one
+}
+
+// hold decides, inside forward, about a unicast frame that found rv full:
+// true keeps it (the caller gives the TX chain back and ends the burst).
+func (w *worker) hold(rv *netdev.Vring, dst *port) bool {
+	s := &w.s
+	a := s.a
+	if a == nil || a.hold.stalled == dst {
+		return false
+	}
+	if s.retry { // the held frame once more
+		if s.start-a.hold.since < int64(heldLimit) {
+			a.hold.rv = rv
+			a.heldOn.Store(rv)
+			s.held = true
+			return true
+		}
+		a.hold.stalled = dst
+		rv.Counters.HoldExpired.Add(1)
+		return false
+	}
+	a.hold.rv, a.hold.dst, a.hold.since = rv, dst, s.start
+	a.holding.Store(true)
+	a.heldOn.Store(rv)
+	rv.Counters.Held.Add(1)
+	s.held = true
+	return true
+}
+
+// delivered forgets a stalled destination once it takes a frame again.
+func (a *assignment) delivered(dst *port) {
+	if a.hold.stalled == dst {
+		a.hold.stalled = nil
+	}
+}
+
+// clearHold forgets the held frame: delivered, dropped, or its ring gone.
+func (a *assignment) clearHold() {
+	a.hold.rv, a.hold.dst = nil, nil
+	a.holding.Store(false)
+	a.heldOn.Store(nil)
+}
+
+// armHold prepares a sleep while a holds a frame: the full RX ring asks
+// its guest to kick when it adds buffers and is checked once more, and a
+// copy of its kick eventfd joins the worker's epoll set (armHeld in
+// uplink.go does the same for the uplink). It reports whether the worker
+// must not sleep: buffers arrived, or the ring stopped.
+func (w *worker) armHold(a *assignment) (more bool) {
+	rv := a.hold.rv
+	rv.Lock()
+	defer rv.Unlock()
+	q := rv.Queue()
+	if q == nil {
+		return true
+	}
+	fd := rv.KickFD()
+	if fd >= 0 {
+		if n, _ := unix.Read(fd, w.drainBuf[:]); n == 8 {
+			rv.Counters.Kicks.Add(1)
+		}
+	}
+	if q.SetNotify(true) {
+		q.SetNotify(false)
+		return true
+	}
+	if fd < 0 {
+		return false // sleepTimeout polls
+	}
+	kick, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(kick), Pad: heldKickToken}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, kick, &ev); err != nil {
+		unix.Close(kick)
+		return false
+	}
+	a.hold.kick = kick
+	return false
+}
+
+// unarmHolds undoes armHold for every holding pair after a sleep.
+func (w *worker) unarmHolds() {
+	for _, a := range w.list.Load().list {
+		if a.hold.kick >= 0 {
+			unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, a.hold.kick, nil)
+			unix.Close(a.hold.kick)
+			a.hold.kick = -1
+		}
+		if rv := a.hold.rv; rv != nil {
+			rv.Lock()
+			if q := rv.Queue(); q != nil {
+				q.SetNotify(false) // RX kicks are off while no one waits for them
+			}
+			rv.Unlock()
+		}
+	}
+}
+
+// holdTimeout is how long (ns) the worker may sleep for its held guest
+// frames: until the first one's time is up, at most 1 ms for one without
+// a kick to wait on; -1 when it holds none.
+func (w *worker) holdTimeout() int64 {
+	left := int64(-1)
+	now := nanotime()
+	for _, a := range w.list.Load().list {
+		if a.hold.rv == nil {
+			continue
+		}
+		l := int64(heldLimit) - (now - a.hold.since)
+		if a.hold.kick < 0 {
+			l = min(l, int64(1e6))
+		}
+		if left < 0 || l < left {
+			left = max(l, 0)
+		}
+	}
+	return left
+}

@@ -1,0 +1,154 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/virtio"
+)
+
+
+// holdBed is one interrupt-polling worker and one-pair ports named by
+// names, their frontends with cfgs, every guest's MAC learned.
+func holdBed(t *testing.T, names []string, macs [][6]byte, cfgs []frontend.Config) (*Dataplane, []*frontend.Frontend) {
+	t.Helper()
+	d, err := New(Config{CPUs: []int{0}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	var fes []*frontend.Frontend
+	for i, n := range names {
+		s := sockPath(t, n)
+		if err := d.AddPort(netdev.Config{Name: n, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500},
+			PortOptions{Polling: PollInterrupt}); err != nil {
+			t.Fatal(err)
+		}
+		fes = append(fes, dial(t, s, cfgs[i]))
+	}
+	for i, f := range fes {
+		if err := f.Send(0, broadcastFrom(macs[i])); err != nil {
+			t.Fatal(err)
+		}
+		for j, g := range fes {
+			if j != i {
+				if _, err := g.Recv(0, 2*time.Second); err != nil {
+					t.Fatalf("%s did not get %s's broadcast: %v", names[j], names[i], err)
+				}
+			}
+		}
+	}
+	return d, fes
+}
+
+func numbered(dst, src [6]byte, i int) []byte {
+	return udpFrame(dst, src, 1000, 80, binary.BigEndian.AppendUint32([]byte("hold"), uint32(i)))
+}
+
+// TestHeldFramesArriveInOrder: 256 frames into an 8-entry RX ring whose
+// guest takes them slowly all arrive, in order, none dropped; the worker
+// sleeps on the destination's kick meanwhile (interrupt polling), with
+// EVENT_IDX and without.
+func TestHeldFramesArriveInOrder(t *testing.T) {
+	for _, eventIdx := range []bool{true, false} {
+		t.Run(fmt.Sprintf("eventIdx=%v", eventIdx), func(t *testing.T) {
+			feats := frontend.DefaultFeatures
+			if !eventIdx {
+				feats &^= 1 << virtio.FEventIdx
+			}
+			d, fes := holdBed(t, []string{"a", "b"}, [][6]byte{macA, macB},
+				[]frontend.Config{{Features: feats}, {Features: feats, QueueSize: 8}})
+			a, b := fes[0], fes[1]
+			const n = 256
+			done := make(chan error, 1)
+			go func() {
+				for i := range n {
+					if err := sendRetry(a, 0, numbered(macB, macA, i)); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			for i := range n {
+				fr, err := b.Recv(0, 5*time.Second)
+				if err != nil {
+					t.Fatalf("frame %d: %v (b: %+v)", i, err, portStats(t, d, "b").Queues[0])
+				}
+				if want := numbered(macB, macA, i); !bytes.Equal(fr, want) {
+					t.Fatalf("frame %d out of order: got seq %x", i, fr[42:])
+				}
+				if i%16 == 0 {
+					time.Sleep(2 * time.Millisecond) // a slow guest: its ring fills
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			q := portStats(t, d, "b").Queues[0]
+			if q.Drops.RxNoBuffer != 0 || q.Drops.RxHoldExpired != 0 {
+				t.Errorf("drops: rxNoBuffer %d, expired %d; want none", q.Drops.RxNoBuffer, q.Drops.RxHoldExpired)
+			}
+			if q.Held == 0 {
+				t.Error("no frame was held: the test did not fill the ring")
+			}
+			t.Logf("held %d times, worker slept %d times", q.Held, d.workers[0].sleeps.Load())
+		})
+	}
+}
+
+// TestStuckGuestHoldsOthersBriefly: b takes nothing; a's frames to b are
+// held for heldLimit once, then dropped at once until b takes a frame,
+// while a's frames to c behind them arrive, all of them, soon.
+func TestStuckGuestHoldsOthersBriefly(t *testing.T) {
+	d, fes := holdBed(t, []string{"a", "b", "c"}, [][6]byte{macA, macB, macC},
+		[]frontend.Config{{}, {QueueSize: 8}, {}})
+	a, b, c := fes[0], fes[1], fes[2]
+	t0 := time.Now()
+	const n = 40
+	for i := range n {
+		if err := sendRetry(a, 0, numbered(macB, macA, i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sendRetry(a, 0, numbered(macC, macA, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		fr, err := c.Recv(0, 2*time.Second)
+		if err != nil {
+			t.Fatalf("c's frame %d: %v", i, err)
+		}
+		if !bytes.Equal(fr, numbered(macC, macA, i)) {
+			t.Fatalf("c's frame %d out of order", i)
+		}
+	}
+	el := time.Since(t0)
+	if el > 5*heldLimit+500*time.Millisecond {
+		t.Errorf("c got its frames after %v: a stuck b held them too long", el)
+	}
+	q := portStats(t, d, "b").Queues[0]
+	if q.Drops.RxHoldExpired != 1 {
+		t.Errorf("hold expiries %d, want 1 (then b's frames are dropped at once)", q.Drops.RxHoldExpired)
+	}
+	if want := uint64(n - 8); q.Drops.RxNoBuffer != want {
+		t.Errorf("b rxNoBuffer %d, want %d (all but the 8 that fit)", q.Drops.RxNoBuffer, want)
+	}
+	// b wakes up: it gets the 8 that fit, and then frames again
+	got, err := b.RecvAll(0, 100*time.Millisecond)
+	if err != nil || len(got) != 8 {
+		t.Fatalf("b's ring held %d frames, want 8: %v", len(got), err)
+	}
+	if err := sendRetry(a, 0, numbered(macB, macA, 999)); err != nil {
+		t.Fatal(err)
+	}
+	if fr, err := b.Recv(0, 2*time.Second); err != nil || !bytes.Equal(fr, numbered(macB, macA, 999)) {
+		t.Fatalf("b after it woke: %v", err)
+	}
+	t.Logf("c's %d frames in %v", n, el.Round(time.Millisecond))
+}
