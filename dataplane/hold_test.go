@@ -12,7 +12,6 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 )
 
-
 // holdBed is one interrupt-polling worker and one-pair ports named by
 // names, their frontends with cfgs, every guest's MAC learned.
 func holdBed(t *testing.T, names []string, macs [][6]byte, cfgs []frontend.Config) (*Dataplane, []*frontend.Frontend) {
