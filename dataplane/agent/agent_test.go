@@ -544,7 +544,7 @@ func TestWatchHealthAndMetrics(t *testing.T) {
 	if labels["port"] != "m" || labels["namespace"] != "ns1" || labels["pod"] != "pod-m" || labels["slot"] == "" {
 		t.Errorf("labels %v", labels)
 	}
-	for _, name := range []string{"vhostmq_queue_drops_total", "vhostmq_port_connected", "vhostmq_worker_busy_seconds_total", "vhostmq_worker_healthy", "vhostmq_slots"} {
+	for _, name := range []string{"vhostmq_queue_drops_total", "vhostmq_queue_stalls_total", "vhostmq_queue_held_total", "vhostmq_queue_hold_expired_total", "vhostmq_port_connected", "vhostmq_worker_busy_seconds_total", "vhostmq_worker_healthy", "vhostmq_slots"} {
 		if fams[name] == nil {
 			t.Errorf("metric %s missing", name)
 		}

@@ -32,6 +32,9 @@ var (
 	descCalls     = desc("queue_calls_total", "Guest interrupts (call eventfd writes) sent.", queueLabels)
 	descQBusy     = desc("queue_busy_seconds_total", "Worker time spent moving this pair's guest TX.", queueLabels)
 	descQBursts   = desc("queue_bursts_total", "Bursts that moved this pair's guest TX; busy seconds over bursts is the cost per burst.", queueLabels)
+	descStalls    = desc("queue_stalls_total", "Times the stall watchdog found this pair's guest TX ring with entries its worker could have taken and did not, and served it again.", queueLabels)
+	descHeld      = desc("queue_held_total", "Frames for this pair's guest that found its RX ring full and waited at their source instead of being dropped.", queueLabels)
+	descHoldExp   = desc("queue_hold_expired_total", "Held frames for this pair's guest dropped after the hold bound (also counted as drops, reason rx_no_buffer).", queueLabels)
 	descMoves     = desc("rebalance_moves_total", "Queue pairs the rebalancer moved to another worker.", nil)
 	descEnabled   = desc("queue_enabled", "1 when both rings of the pair can carry traffic.", queueLabels)
 	descConnected = desc("port_connected", "1 while a vhost-user frontend is attached.", portLabels)
@@ -53,7 +56,7 @@ var (
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descMoves, descEnabled,
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descStalls, descHeld, descHoldExp, descMoves, descEnabled,
 		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP, descOffload, descUpOffload} {
 		ch <- d
 	}
@@ -115,6 +118,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descCalls, float64(q.Calls), l...)
 			counter(descQBusy, float64(q.BusyNs)/1e9, l...)
 			counter(descQBursts, float64(q.Bursts), l...)
+			counter(descStalls, float64(q.Stalls), l...)
+			counter(descHeld, float64(q.Held), l...)
+			counter(descHoldExp, float64(q.GetDrops().GetRxHoldExpired()), l...)
 			gauge(descEnabled, b2f(q.RxEnabled && q.TxEnabled), l...)
 		}
 	}

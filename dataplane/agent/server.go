@@ -206,7 +206,9 @@ func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
 			Tx:    &agentv1.Direction{Packets: q.TxPackets, Bytes: q.TxBytes},
 			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs, Bursts: q.Bursts, Worker: int32(q.Worker), NumaNode: int32(q.NUMA),
 			Drops: &agentv1.Drops{RxNoBuffer: d.RxNoBuffer, RxDisabled: d.RxDisabled, TxDisabled: d.TxDisabled,
-				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination, BadOffload: d.BadOffload},
+				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination, BadOffload: d.BadOffload,
+				RxHoldExpired: d.RxHoldExpired},
+			Stalls: q.Stalls, Held: q.Held,
 			Offload: &agentv1.Offload{GsoWhole: q.Offload.GSOWhole, GsoSegmented: q.Offload.GSOSegmented, CsumSoftware: q.Offload.CsumSoftware},
 		}
 		if q.Pair < len(r.slots) {

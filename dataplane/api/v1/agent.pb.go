@@ -997,7 +997,8 @@ type Drops struct {
 	Mtu           uint64                 `protobuf:"varint,5,opt,name=mtu,proto3" json:"mtu,omitempty"`
 	Runt          uint64                 `protobuf:"varint,6,opt,name=runt,proto3" json:"runt,omitempty"`
 	NoDestination uint64                 `protobuf:"varint,7,opt,name=no_destination,json=noDestination,proto3" json:"no_destination,omitempty"`
-	BadOffload    uint64                 `protobuf:"varint,8,opt,name=bad_offload,json=badOffload,proto3" json:"bad_offload,omitempty"` // offload metadata that does not fit the frame
+	BadOffload    uint64                 `protobuf:"varint,8,opt,name=bad_offload,json=badOffload,proto3" json:"bad_offload,omitempty"`            // offload metadata that does not fit the frame
+	RxHoldExpired uint64                 `protobuf:"varint,9,opt,name=rx_hold_expired,json=rxHoldExpired,proto3" json:"rx_hold_expired,omitempty"` // held at its source for a full RX ring past the bound, then dropped (also counted in rx_no_buffer)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1089,13 @@ func (x *Drops) GetBadOffload() uint64 {
 	return 0
 }
 
+func (x *Drops) GetRxHoldExpired() uint64 {
+	if x != nil {
+		return x.RxHoldExpired
+	}
+	return 0
+}
+
 // Offload counts what checksum and segmentation offloads did for the
 // frames the pair's guest received.
 type Offload struct {
@@ -1167,6 +1175,8 @@ type QueueStats struct {
 	Worker        int32                  `protobuf:"varint,13,opt,name=worker,proto3" json:"worker,omitempty"`                     // the worker serving the pair now (the rebalancer may have moved it off its slot's CPU; cpu is that worker's)
 	NumaNode      int32                  `protobuf:"varint,14,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"` // cpu's NUMA node
 	Offload       *Offload               `protobuf:"bytes,15,opt,name=offload,proto3" json:"offload,omitempty"`
+	Stalls        uint64                 `protobuf:"varint,16,opt,name=stalls,proto3" json:"stalls,omitempty"` // times the stall watchdog found the TX ring with entries its worker could have taken and did not
+	Held          uint64                 `protobuf:"varint,17,opt,name=held,proto3" json:"held,omitempty"`     // frames for this guest that found its RX ring full and waited at their source instead of being dropped
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1304,6 +1314,20 @@ func (x *QueueStats) GetOffload() *Offload {
 		return x.Offload
 	}
 	return nil
+}
+
+func (x *QueueStats) GetStalls() uint64 {
+	if x != nil {
+		return x.Stalls
+	}
+	return 0
+}
+
+func (x *QueueStats) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
 }
 
 // WorkerStats is one worker thread's load.
@@ -2442,7 +2466,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\";\n" +
 	"\tDirection\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xf6\x01\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\x9e\x02\n" +
 	"\x05Drops\x12 \n" +
 	"\frx_no_buffer\x18\x01 \x01(\x04R\n" +
 	"rxNoBuffer\x12\x1f\n" +
@@ -2455,11 +2479,12 @@ const file_agent_proto_rawDesc = "" +
 	"\x04runt\x18\x06 \x01(\x04R\x04runt\x12%\n" +
 	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\x12\x1f\n" +
 	"\vbad_offload\x18\b \x01(\x04R\n" +
-	"badOffload\"p\n" +
+	"badOffload\x12&\n" +
+	"\x0frx_hold_expired\x18\t \x01(\x04R\rrxHoldExpired\"p\n" +
 	"\aOffload\x12\x1b\n" +
 	"\tgso_whole\x18\x01 \x01(\x04R\bgsoWhole\x12#\n" +
 	"\rgso_segmented\x18\x02 \x01(\x04R\fgsoSegmented\x12#\n" +
-	"\rcsum_software\x18\x03 \x01(\x04R\fcsumSoftware\"\xd4\x03\n" +
+	"\rcsum_software\x18\x03 \x01(\x04R\fcsumSoftware\"\x80\x04\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
@@ -2479,7 +2504,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x06bursts\x18\f \x01(\x04R\x06bursts\x12\x16\n" +
 	"\x06worker\x18\r \x01(\x05R\x06worker\x12\x1b\n" +
 	"\tnuma_node\x18\x0e \x01(\x05R\bnumaNode\x123\n" +
-	"\aoffload\x18\x0f \x01(\v2\x19.vhostmq.agent.v1.OffloadR\aoffload\"\xac\x01\n" +
+	"\aoffload\x18\x0f \x01(\v2\x19.vhostmq.agent.v1.OffloadR\aoffload\x12\x16\n" +
+	"\x06stalls\x18\x10 \x01(\x04R\x06stalls\x12\x12\n" +
+	"\x04held\x18\x11 \x01(\x04R\x04held\"\xac\x01\n" +
 	"\vWorkerStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x1b\n" +
