@@ -44,7 +44,7 @@ func run(path string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
-		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig()})
+		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig()})
 	if err != nil {
 		return err
 	}

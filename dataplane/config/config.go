@@ -62,6 +62,31 @@ type Config struct {
 	// (like Open vSwitch's pmd-auto-lb); absent: off, and vhostmqctl
 	// queues rebalance still works.
 	Rebalance *Rebalance `yaml:"rebalance,omitempty"`
+	// Watchdog tunes the stall watchdog, which serves again a guest TX
+	// ring whose entries its worker could have taken and did not; absent:
+	// on, with a 100 ms bound.
+	Watchdog *Watchdog `yaml:"watchdog,omitempty"`
+}
+
+// Watchdog configures the stall watchdog.
+type Watchdog struct {
+	// StallMillis is how long a ring may wait before it counts as
+	// stalled; 0 = 100, -1 = the watchdog is off.
+	StallMillis int `yaml:"stallMillis,omitempty"`
+	// RingDumpSeconds, when set, logs every guest TX ring's indices and
+	// flags at debug level this often (logLevel: debug), for a stall the
+	// watchdog did not catch.
+	RingDumpSeconds int `yaml:"ringDumpSeconds,omitempty"`
+}
+
+// WatchdogConfig returns the stall watchdog's configuration.
+func (c *Config) WatchdogConfig() dataplane.WatchdogConfig {
+	w := c.Watchdog
+	if w == nil {
+		return dataplane.WatchdogConfig{}
+	}
+	return dataplane.WatchdogConfig{Bound: time.Duration(w.StallMillis) * time.Millisecond,
+		RingDump: time.Duration(w.RingDumpSeconds) * time.Second}
 }
 
 // Rebalance configures the queue rebalancer.
@@ -255,6 +280,14 @@ func (c *Config) Validate() error {
 		}
 		if err := c.RebalanceConfig().Validate(); err != nil && r.IntervalSeconds >= 0 {
 			errs = append(errs, err)
+		}
+	}
+	if w := c.Watchdog; w != nil {
+		if w.StallMillis < -1 || w.StallMillis > 60000 {
+			errs = append(errs, fmt.Errorf("watchdog.stallMillis: %d is outside -1..60000 (0 = 100, -1 = off)", w.StallMillis))
+		}
+		if w.RingDumpSeconds < 0 || w.RingDumpSeconds > 3600 {
+			errs = append(errs, fmt.Errorf("watchdog.ringDumpSeconds: %d is outside 0..3600 (0 = off)", w.RingDumpSeconds))
 		}
 	}
 	if xc := c.AFXDPConfig(); xc != nil {

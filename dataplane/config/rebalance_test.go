@@ -37,3 +37,32 @@ func TestRebalance(t *testing.T) {
 		}
 	}
 }
+
+func TestWatchdog(t *testing.T) {
+	c, err := Parse([]byte("cpus: [0]\nwatchdog: {stallMillis: 250, ringDumpSeconds: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dataplane.WatchdogConfig{Bound: 250 * time.Millisecond, RingDump: 5 * time.Second}
+	if got := c.WatchdogConfig(); got != want {
+		t.Errorf("WatchdogConfig() = %+v, want %+v", got, want)
+	}
+	c, err = Parse([]byte("cpus: [0]\nwatchdog: {stallMillis: -1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.WatchdogConfig(); got.Bound >= 0 {
+		t.Errorf("stallMillis -1: %+v, want off (negative bound)", got)
+	}
+	for y, field := range map[string]string{
+		"watchdog: {stallMillis: -2}":     "watchdog.stallMillis",
+		"watchdog: {stallMillis: 70000}":  "watchdog.stallMillis",
+		"watchdog: {ringDumpSeconds: -1}": "watchdog.ringDumpSeconds",
+		"watchdog: {stall: 5}":            "stall",
+	} {
+		_, err := Parse([]byte("cpus: [0]\n" + y + "\n"))
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: err %v, want one naming %s", y, err, field)
+		}
+	}
+}
