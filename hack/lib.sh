@@ -25,6 +25,7 @@
 #                       threshold: 1" (default: none, the rebalancer is off)
 #   VHOSTMQ_KERNEL_DIR  extracted guest kernel (default /var/cache/vhostmq/guest-kernel)
 #   VHOSTMQ_GUEST_DIR   guest image dir (default <repo>/_output/guest)
+#   VHOSTMQ_GUEST_SMP   vCPUs of each test guest (default 1)
 
 VMQ_HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VMQ_REPO_ROOT=$(cd "$VMQ_HACK_DIR/.." && pwd)
@@ -535,7 +536,7 @@ vmq_guest_env() {
 
 declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=()
 # vmq_guest_start NAME SOCKET connect|listen MAC QUEUES SECONDS WORKDIR CMDLINE...
-#   Boots a 1-vCPU, 512 MiB TCG guest whose only NIC is a vhost-user
+#   Boots a 1-vCPU (VHOSTMQ_GUEST_SMP), 512 MiB TCG guest whose only NIC is a vhost-user
 #   virtio-net-pci with QUEUES queue pairs.  connect: QEMU dials SOCKET and
 #   redials every second (reconnect=1); listen: QEMU listens (server=on,wait=off).
 #   CMDLINE words are appended to the kernel command line (vmq.* keys, see
@@ -556,7 +557,7 @@ vmq_guest_start() {
     : >"${VMQ_GUEST_LOG[$name]}"
     # vectors=0: QEMU 7.2 + TCG + vhost-user + MSI-X segfaults (msix_set_vector_notifiers)
     # shellcheck disable=SC2054  # commas are QEMU option syntax
-    local qemu=(qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp 1
+    local qemu=(qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
         -nodefaults -display none -monitor none -no-reboot
         -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0
         -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
