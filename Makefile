@@ -37,6 +37,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/install-deps.sh
 	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-queues.sh
+	hack/soak.sh --duration 120
 	hack/e2e-dpdk.sh
 	hack/e2e-cni.sh
 	hack/e2e-uplink.sh
@@ -53,6 +54,11 @@ test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack
 .PHONY: test-kubevirt
 test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/kubevirt/; KubeVirt and its images are built once per machine and cached)
 	hack/kubevirt/test.sh
+
+.PHONY: soak
+soak: build ## QEMU guests changing their queue counts under iperf3, DPDK frontends on ports created, reconnected and deleted through the API, the dataplane killed and restarted; asserts no stall and no fd/goroutine/RSS growth (SOAK_SECONDS, default 1800; make test runs 120 s)
+	hack/install-deps.sh
+	hack/soak.sh --duration $(or $(SOAK_SECONDS),1800)
 
 .PHONY: bench
 bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)

@@ -47,7 +47,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(qemu-system-x86 busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
-    libvirt-clients libxml2-utils containernetworking-plugins podman runc)
+    libvirt-clients libxml2-utils containernetworking-plugins podman runc curl)
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
