@@ -99,7 +99,11 @@ NODE_CNI_CONF=$VMQC_RUN/cni/net.d
 # the sidecar image is named: its default follows image.tag, and the upgrade
 # below rebuilds only the main image
 HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CNI_CONF" --set kubevirt.registerBinding=true
-    --set "kubevirt.sidecarImage=$SIDECAR_IMAGE" --set "dataplane.cpus={0,1}")
+    --set "kubevirt.sidecarImage=$SIDECAR_IMAGE" --set "dataplane.cpus={0,1}"
+    --set dataplane.logLevel=debug --set dataplane.watchdog.ringDumpSeconds=10)
+# (debug: every vhost-user message QEMU sends, with its ring and values, and
+# every TX ring's indices every 10 s, in $OUT/dataplane-*.log)
+FOLLOWERS=() # log followers (follow_dataplane, follow_logs), ended at exit
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-420}
 RECLAIM_TIMEOUT=${VHOSTMQ_KUBEVIRT_RECLAIM_TIMEOUT:-120}
@@ -224,6 +228,18 @@ else
 fi
 ds_ready() { k -n "$DS_NS" wait --for=condition=Ready pod -l app.kubernetes.io/component=node --timeout 5s >/dev/null 2>&1; }
 check "DaemonSet pod Ready (dataplane, deviceplugin, cni)" vmqc_poll 90 1 ds_ready
+# follow_dataplane: keep the node pod's dataplane log in $OUT while it lives
+follow_dataplane() {
+    local p
+    p=$(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) || return 0
+    [[ -n $p ]] || return 0
+    (
+        exec nsenter --net="/run/netns/$VMQC_NETNS" -- env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
+            "$VMQC_BIN/kubectl" --kubeconfig "$VMQC_KUBECONFIG" -n "$DS_NS" logs -f "$p" -c dataplane >"$OUT/dataplane-$p.log" 2>&1
+    ) &
+    FOLLOWERS+=($!)
+}
+follow_dataplane
 alloc() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
 check "node allocatable $RES = 8 (2 CPUs x 4 slots)" vmqc_poll 60 0.5 alloc 8
 check "the init container installed vhostmq-cni into the node's CNI bin dir (same bytes as bin/)" \
@@ -300,7 +316,6 @@ console() { k -n "$NS" logs "${POD[$1]}" -c guest-console-log >"$OUT/console-$1.
 # follow_logs VM POD: keep the launcher's compute (virt-launcher, libvirt,
 # QEMU) and sidecar logs in $OUT while the pod lives: when KubeVirt replaces
 # a failed VMI, its pod and logs are deleted within seconds
-FOLLOWERS=()
 follow_logs() {
     local c
     for c in compute hook-sidecar-0; do
@@ -486,6 +501,8 @@ else
 fi
 ctl -o json queues >"$OUT/queues.json" 2>/dev/null || true
 ctl -o json stats --interval 0 >"$OUT/stats-after-traffic.json" 2>/dev/null || true # kicks and calls per ring, for a stall
+stalled=$(cat "$OUT"/dataplane-*.log 2>/dev/null | grep -c 'queue stalled' || true)
+check "no queue stalled (the stall watchdog healed $stalled; messages and ring dumps in $OUT/dataplane-*.log)" test "$stalled" = 0
 busy_pairs() { # VM: "pair:rx:tx" of the VM's port, one a line
     local id
     id=$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")
@@ -564,6 +581,7 @@ else
 fi
 new_pod_ready() { node_pod | awk -v old="$old_pod" -v img="$IMAGE_REPO:upgrade" '$1 != old && $2 == img && $3 == "True" { ok = 1 } END { exit !ok }'; }
 check "a new node pod runs the rebuilt image, all its containers Ready" vmqc_poll 120 1 new_pod_ready
+follow_dataplane
 no_restarts() { [[ $(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o json | jq '[.items[].status.containerStatuses[].restartCount] | add') == 0 ]]; }
 check "no container of the node pod restarted" no_restarts
 slots_now() { port_of "$1" | jq -r '.[0].slots | sort | join(",")'; }
