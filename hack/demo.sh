@@ -34,7 +34,7 @@ T0=$(vmq_now)
 step() { if [[ -t 1 ]]; then printf '\n\033[1m==> %s\033[0m\n' "$*"; else printf '\n==> %s\n' "$*"; fi; }
 
 step "1/5 dependencies"
-if ((INSTALL)); then "$HERE/install-deps.sh"; else echo "skipped (--no-install)"; fi
+if ((INSTALL)); then "$HERE/install-deps.sh" --no-image-builds; else echo "skipped (--no-install)"; fi
 
 step "2/5 guest image"
 vmq_build_guest

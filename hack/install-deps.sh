@@ -20,16 +20,18 @@
 #     --hugepages N reserves N 2 MiB pages and mounts hugetlbfs.
 #
 # Usage: hack/install-deps.sh [--kernel-dir DIR] [--no-kernel] [--refresh-kernel]
-#                             [--hugepages N] [--with-shellcheck]
+#                             [--hugepages N] [--with-shellcheck] [--no-image-builds]
 #   --kernel-dir DIR    default $VHOSTMQ_KERNEL_DIR or /var/cache/vhostmq/guest-kernel
 #   --refresh-kernel    re-resolve linux-image-amd64 even if a kernel is cached
+#   --no-image-builds   the caller builds no image (make demo): the doctor
+#                       does not probe podman
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 VMQ_TAG=install-deps
 
-KDIR=$VMQ_KERNEL_DIR WANT_KERNEL=1 REFRESH=0 HUGE=0 SHELLCHECK=0
+KDIR=$VMQ_KERNEL_DIR WANT_KERNEL=1 REFRESH=0 HUGE=0 SHELLCHECK=0 DOCTOR_ARGS=()
 while (($#)); do
     case $1 in
         --kernel-dir) KDIR=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while (($#)); do
         --refresh-kernel) REFRESH=1; shift ;;
         --hugepages) HUGE=$2; shift 2 ;;
         --with-shellcheck) SHELLCHECK=1; shift ;;
+        --no-image-builds) DOCTOR_ARGS=(--no-podman); shift ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
@@ -131,4 +134,4 @@ fi
 vmq_log "done: packages $(vmq_elapsed "$T0" "$T1") s, kernel $(vmq_elapsed "$T1" "$T2") s"
 echo "VHOSTMQ_KERNEL_DIR=$KDIR"
 # what the tests will use, and an early stop when something cannot work
-VHOSTMQ_KERNEL_DIR=$KDIR "$HERE/doctor.sh"
+VHOSTMQ_KERNEL_DIR=$KDIR "$HERE/doctor.sh" "${DOCTOR_ARGS[@]}"
