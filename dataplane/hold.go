@@ -94,6 +94,7 @@ func (w *worker) armHold(a *assignment) (more bool) {
 		q.SetNotify(false)
 		return true
 	}
+	w.armedHolds = append(w.armedHolds, a) // unarmHolds turns the kicks off again
 	if fd < 0 {
 		return false // sleepTimeout polls
 	}
@@ -110,9 +111,11 @@ func (w *worker) armHold(a *assignment) (more bool) {
 	return false
 }
 
-// unarmHolds undoes armHold for every holding pair after a sleep.
+// unarmHolds undoes armHold after a sleep, for the pairs it armed: also
+// one that left the worker's list meanwhile (moved, or its port removed),
+// whose kick copy must not stay in this worker's epoll set.
 func (w *worker) unarmHolds() {
-	for _, a := range w.list.Load().list {
+	for i, a := range w.armedHolds {
 		if a.hold.kick >= 0 {
 			unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, a.hold.kick, nil)
 			unix.Close(a.hold.kick)
@@ -125,7 +128,9 @@ func (w *worker) unarmHolds() {
 			}
 			rv.Unlock()
 		}
+		w.armedHolds[i] = nil
 	}
+	w.armedHolds = w.armedHolds[:0]
 }
 
 // holdTimeout is how long (ns) the worker may sleep for its held guest

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -150,4 +151,66 @@ func TestStuckGuestHoldsOthersBriefly(t *testing.T) {
 		t.Fatalf("b after it woke: %v", err)
 	}
 	t.Logf("c's %d frames in %v", n, el.Round(time.Millisecond))
+}
+
+// TestHoldMovedLeavesNoKickCopy: a pair whose frame is held while its
+// worker sleeps moves to another worker, and its port is removed later:
+// the kick eventfd copy the first worker waited on is closed, not leaked
+// in its epoll set, and the frame is delivered by the new worker.
+func TestHoldMovedLeavesNoKickCopy(t *testing.T) {
+	withHeldLimit(t, time.Minute)
+	d, err := New(Config{CPUs: []int{0, 1}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	fes := map[string]*frontend.Frontend{}
+	for i, n := range []string{"a", "b"} {
+		s := sockPath(t, n)
+		if err := d.AddPort(netdev.Config{Name: n, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500},
+			PortOptions{Polling: PollInterrupt, CPUs: []int{0}}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := frontend.Config{}
+		if i == 1 {
+			cfg.QueueSize = 8
+		}
+		fes[n] = dial(t, s, cfg)
+	}
+	a, b := fes["a"], fes["b"]
+	learn(t, a, b, 1)
+	fds := func() int { n, _ := os.ReadDir("/proc/self/fd"); return len(n) }
+	before := fds()
+	for i := range 9 { // 8 fit, the 9th is held
+		if err := a.Send(0, numbered(macB, macA, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa := d.byName["a"]
+	w0, w1 := d.workers[0], d.workers[1]
+	waitFor(t, "a frame held while the worker sleeps", func() bool {
+		return pa.assigns[0].holding.Load() && w0.sleeping.Load()
+	})
+	if fds() != before+1 {
+		t.Logf("fds %d -> %d while armed (the kick copy)", before, fds())
+	}
+	d.placeMu.Lock()
+	err = d.move(pa.assigns[0], w0, w1)
+	d.placeMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b takes its 8 frames; the held 9th comes through the new worker
+	got, err := b.RecvN(0, 9, 3*time.Second)
+	if err != nil {
+		t.Fatalf("b got %d of 9 frames after the move: %v", len(got), err)
+	}
+	waitFor(t, "the first worker asleep again", func() bool { return w0.sleeping.Load() })
+	time.Sleep(20 * time.Millisecond)
+	if n := fds(); n > before {
+		t.Errorf("open fds %d -> %d: a kick copy leaked", before, n)
+	}
+	if len(w0.armedHolds) != 0 {
+		t.Errorf("the first worker still remembers %d armed holds", len(w0.armedHolds))
+	}
 }

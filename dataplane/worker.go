@@ -94,6 +94,9 @@ type worker struct {
 	s        scratch
 	drainBuf [8]byte
 	up       *workerUplink // the worker's uplink queue (uplink.go); nil without an uplink
+	// armedHolds are the pairs whose held frame's RX ring armHold armed
+	// for this sleep (hold.go)
+	armedHolds []*assignment
 }
 
 const wakeToken = -1
@@ -250,6 +253,7 @@ func (w *worker) routine() {
 		}
 		idleSince, idlePasses = 0, 0
 		if w.arm() {
+			w.unarmHolds()
 			continue
 		}
 		w.sleeps.Add(1)
