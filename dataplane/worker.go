@@ -154,12 +154,14 @@ func (w *worker) take(a *assignment) bool {
 
 // quiesce waits until the worker can no longer be using a list older than
 // the current one: it has started a loop iteration since (every list load
-// of an iteration follows its passes increment), or it has stopped. Its
-// wake-up was already sent by the change. False after timeout.
+// of an iteration follows its passes increment), or it has stopped. The
+// change's wake-up may have been taken by an iteration that began before
+// p0 was read and went back to sleep, so the worker is woken again while
+// it waits. False after timeout.
 func (w *worker) quiesce(timeout time.Duration) bool {
 	p0 := w.passes.Load()
 	deadline := time.Now().Add(timeout)
-	for w.passes.Load() == p0 {
+	for i := 0; w.passes.Load() == p0; i++ {
 		select {
 		case <-w.done:
 			return true
@@ -167,6 +169,9 @@ func (w *worker) quiesce(timeout time.Duration) bool {
 		}
 		if time.Now().After(deadline) {
 			return false
+		}
+		if i%50 == 0 {
+			w.wake()
 		}
 		time.Sleep(20 * time.Microsecond)
 	}
