@@ -53,10 +53,14 @@ func numbered(dst, src [6]byte, i int) []byte {
 // TestHeldFramesArriveInOrder: 256 frames into an 8-entry RX ring whose
 // guest takes them slowly all arrive, in order, none dropped; the worker
 // sleeps on the destination's kick meanwhile (interrupt polling), with
-// EVENT_IDX and without.
+// EVENT_IDX and without. The hold bound is far (10 s) so that a machine
+// under load cannot make a hold expire, and the run must end well before
+// it: a lost wake-up would show as a hold waiting out its bound.
 func TestHeldFramesArriveInOrder(t *testing.T) {
+	withHeldLimit(t, 10*time.Second)
 	for _, eventIdx := range []bool{true, false} {
 		t.Run(fmt.Sprintf("eventIdx=%v", eventIdx), func(t *testing.T) {
+			t0 := time.Now()
 			feats := frontend.DefaultFeatures
 			if !eventIdx {
 				feats &^= 1 << virtio.FEventIdx
@@ -96,6 +100,9 @@ func TestHeldFramesArriveInOrder(t *testing.T) {
 			}
 			if q.Held == 0 {
 				t.Error("no frame was held: the test did not fill the ring")
+			}
+			if el := time.Since(t0); el > 5*time.Second {
+				t.Errorf("took %v: a held frame waited for its bound (a lost wake-up)", el)
 			}
 			t.Logf("held %d times, worker slept %d times", q.Held, d.workers[0].sleeps.Load())
 		})
