@@ -17,8 +17,10 @@
 # Asserted: the stall watchdog healed nothing (stalls 0 on every ring, in
 # both dataplane lifetimes); every DPDK cycle moved frames through both of
 # its ports before and after the reconnect; every API call succeeded; no
-# growth of the dataplane's open fds (+8), goroutines (+16) or RSS
-# (+48 MiB) from the first cycle after the restart to the end; at the end
+# growth of the dataplane's open fds (+8), goroutines (+16), anonymous RSS
+# (+48 MiB: its own memory; the guests' shared memory it maps is not
+# counted) or Go heap in use (+32 MiB) from the first cycle after the
+# restart to the end; at the end
 # both guests still pass traffic (a's last queue change and iperf3 after
 # it succeeded) and every queue change outside the restart window did.
 # Figures per cycle go to the table printed at the end.
@@ -71,6 +73,13 @@ ctl() { "$CTL" --socket "$API" --timeout 10s "$@"; }
 metric() { # NAME: its value on the dataplane's /metrics
     curl -s --max-time 5 "http://$METRICS/metrics" | awk -v n="$1" '$1 == n { printf "%d", $2; exit }'
 }
+# anon_mib: the dataplane's anonymous resident memory (its heap and stacks;
+# the guests' memory it maps is shared and would count pages it touched)
+anon_mib() {
+    local pid
+    pid=$(vmq_child "$VMQ_BE_PID")
+    awk '/^RssAnon:/ { printf "%d", $2 / 1024 }' "/proc/$pid/status" 2>/dev/null || echo 0
+}
 stalls() { jq '[.ports[].queues[].stalls] | add // 0' "$VMQ_TG_STATS" 2>/dev/null || echo 0; }
 
 # ---------------------------------------------------------------- DPDK cycles
@@ -105,7 +114,7 @@ cycle() { # N: one DPDK cycle; its table row into ROW
     for s in a b; do
         local sock=$WORK/d$n-$s.sock
         ctl port add "d$n-$s" --socket "$sock" --role server --queues 2 --network dpdk --polling adaptive \
-            --mac "02:76:6d:71:$((n % 100)):0$([[ $s == a ]] && echo a || echo b)" >/dev/null ||
+            --mac "$(printf '02:76:6d:71:%02x:%s' $((n % 256)) "$([[ $s == a ]] && echo 0a || echo 0b)")" >/dev/null ||
             { vmq_fail "cycle $n: vhostmqctl port add d$n-$s failed"; ok=0; }
     done
     if ! vmq_wait_path "$sa" 10 || ! vmq_wait_path "$sb" 10; then vmq_fail "cycle $n: the API's ports have no sockets"; ok=0; fi
@@ -113,7 +122,7 @@ cycle() { # N: one DPDK cycle; its table row into ROW
     fe_start b "$sb" 02:76:6d:71:00:0b 02:76:6d:71:00:0a
     for s in a b; do moved "d$n-$s" 0 || { vmq_fail "cycle $n: port d$n-$s moved no frames"; ok=0; }; done
     # a frontend goes away and comes back
-    vmq_crash "${FE_PID[a]}"
+    vmq_crash "${FE_PID[a]}" || vmq_fail "cycle $n: testpmd a was gone before it was killed (see $WORK/testpmd-a.log)"
     FE_PID[a]=""
     sleep 1
     b=$(port_frames "d$n-a")
@@ -124,10 +133,10 @@ cycle() { # N: one DPDK cycle; its table row into ROW
     fe_stop b
     for s in a b; do ctl port del "d$n-$s" >/dev/null || { vmq_fail "cycle $n: vhostmqctl port del d$n-$s failed"; ok=0; }; done
     [[ -e $sa || -e $sb ]] && { vmq_fail "cycle $n: a deleted port's socket is still there"; ok=0; }
-    ROW="$n $(vmq_elapsed "$T0") $(metric process_open_fds) $(metric go_goroutines) $(($(metric process_resident_memory_bytes) / 1048576)) $(stalls) $([[ $ok == 1 ]] && echo ok || echo FAIL)"
+    ROW="$n $(vmq_elapsed "$T0") $(metric process_open_fds) $(metric go_goroutines) $(anon_mib) $(($(metric go_memstats_heap_inuse_bytes) / 1048576)) $(stalls) $([[ $ok == 1 ]] && echo ok || echo FAIL)"
 }
 
-ROWS=("cycle t_s open_fds goroutines rss_mib stalls result")
+ROWS=("cycle t_s open_fds goroutines rss_anon_mib heap_mib stalls result")
 END=$(($(date +%s) + DUR))
 HALF=$(($(date +%s) + DUR / 2))
 restarted=0 n=0 base="" stalls_before=0 restart_t0="" restart_t1=""
@@ -146,7 +155,7 @@ while (($(date +%s) < END)); do
         vmq_stats_wait_connected "$VMQ_TG_STATS" 30 a || vmq_fail "port a not reconnected 30 s after the restart"
         restart_t1=$(vmq_now)
         restarted=1
-        ROWS+=("restart $(vmq_elapsed "$T0") - - - $stalls_before -")
+        ROWS+=("restart $(vmq_elapsed "$T0") - - - - $stalls_before -")
         base=""
         continue
     fi
@@ -158,11 +167,12 @@ done
 stalls_after=$(stalls)
 ((stalls_before == 0 && stalls_after == 0)) || vmq_fail "the stall watchdog healed $stalls_before + $stalls_after stalls"
 if [[ -n $base ]]; then
-    read -r _ _ f0 g0 r0 _ <<<"$base"
-    read -r _ _ f1 g1 r1 _ <<<"${ROWS[-1]}"
+    read -r _ _ f0 g0 r0 h0 _ <<<"$base"
+    read -r _ _ f1 g1 r1 h1 _ <<<"${ROWS[-1]}"
     ((f1 - f0 <= 8)) || vmq_fail "open fds grew from $f0 to $f1"
     ((g1 - g0 <= 16)) || vmq_fail "goroutines grew from $g0 to $g1"
-    ((r1 - r0 <= 48)) || vmq_fail "RSS grew from $r0 to $r1 MiB"
+    ((r1 - r0 <= 48)) || vmq_fail "anonymous RSS grew from $r0 to $r1 MiB"
+    ((h1 - h0 <= 32)) || vmq_fail "the Go heap in use grew from $h0 to $h1 MiB"
 else
     vmq_fail "no cycle after the restart to measure growth from (--duration too short)"
 fi
