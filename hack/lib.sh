@@ -26,6 +26,9 @@
 #   VHOSTMQ_KERNEL_DIR  extracted guest kernel (default /var/cache/vhostmq/guest-kernel)
 #   VHOSTMQ_GUEST_DIR   guest image dir (default <repo>/_output/guest)
 #   VHOSTMQ_GUEST_SMP   vCPUs of each test guest (default 1)
+#   VHOSTMQ_QEMU        the QEMU binary the guests run (default
+#                       qemu-system-x86_64; hack/kubevirt/launcher-qemu.sh
+#                       runs the KubeVirt launcher's QEMU 10.0)
 
 VMQ_HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VMQ_REPO_ROOT=$(cd "$VMQ_HACK_DIR/.." && pwd)
@@ -557,7 +560,7 @@ vmq_guest_start() {
     : >"${VMQ_GUEST_LOG[$name]}"
     # vectors=0: QEMU 7.2 + TCG + vhost-user + MSI-X segfaults (msix_set_vector_notifiers)
     # shellcheck disable=SC2054  # commas are QEMU option syntax
-    local qemu=(qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
+    local qemu=("${VHOSTMQ_QEMU:-qemu-system-x86_64}" -accel tcg -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
         -nodefaults -display none -monitor none -no-reboot
         -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0
         -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
@@ -620,7 +623,7 @@ vmq_tg_setup() {
     mkdir -p "$VMQ_TG_WORK"
     : >"$VMQ_TG_WORK/result.env"
     local c
-    for c in qemu-system-x86_64 jq timeout awk; do
+    for c in "${VHOSTMQ_QEMU:-qemu-system-x86_64}" jq timeout awk; do
         command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
     done
     [[ $VMQ_BACKEND == testpmd ]] && { command -v dpdk-testpmd >/dev/null || vmq_die "dpdk-testpmd missing: run hack/install-deps.sh"; }
