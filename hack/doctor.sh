@@ -108,6 +108,20 @@ kv=$(cat "$VMQ_KERNEL_DIR/KERNEL_VERSION" 2>/dev/null || true)
 if [[ -n $kv ]]; then ok guest-kernel "$kv in $VMQ_KERNEL_DIR"; else info guest-kernel "not fetched yet ($VMQ_KERNEL_DIR; install-deps fetches it unless --no-kernel)"; fi
 for t in iperf3 busybox jq; do command -v "$t" >/dev/null || bad "$t" "missing (hack/install-deps.sh installs it)"; done
 
+# ------------------------------------------------------------------ cluster tests
+if command -v iptables >/dev/null; then
+    ok iptables "$(ver iptables --version) (the KubeVirt test bed's kube-proxy, iptables mode)"
+else
+    info iptables "not installed yet (hack/cluster installs it)"
+fi
+for t in containerd runc; do
+    if command -v "$t" >/dev/null; then
+        ok "$t" "$(ver "$t" --version) (containerd: hack/cluster and e2e-cni, runtime runc pinned in their configs)"
+    else
+        info "$t" "not installed yet (hack/cluster and hack/e2e-cni.sh install it)"
+    fi
+done
+
 # ------------------------------------------------------------------ image builds
 # podman picks its runtime from what is installed (crun first on Debian 12),
 # so the tests pin one (vmq_podman) and probe it with a real RUN step.
