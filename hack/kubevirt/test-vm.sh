@@ -231,7 +231,8 @@ check "DaemonSet pod Ready (dataplane, deviceplugin, cni)" vmqc_poll 90 1 ds_rea
 # follow_dataplane: keep the node pod's dataplane log in $OUT while it lives
 follow_dataplane() {
     local p
-    p=$(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) || return 0
+    p=$(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o json 2>/dev/null |
+        jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.name // ""') || return 0
     [[ -n $p ]] || return 0
     (
         exec nsenter --net="/run/netns/$VMQC_NETNS" -- env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
