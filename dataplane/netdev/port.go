@@ -350,12 +350,14 @@ func peerGone(c *net.UnixConn) bool {
 		return true
 	}
 	gone := false
-	rc.Control(func(fd uintptr) {
+	if err := rc.Control(func(fd uintptr) {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
 		if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
 			gone = pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
 		}
-	})
+	}); err != nil {
+		return true // its session closed it already: it is ending
+	}
 	return gone
 }
 
