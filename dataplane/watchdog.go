@@ -182,16 +182,18 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 // is busy elsewhere or starved of CPU, which worker health reports). A
 // complete pass visits every ring; a sleep starts only after every ring
 // was re-armed and re-checked; and a worker asleep will not come for the
-// ring unless a kick is pending on an eventfd it watches.
+// ring unless it was woken or a kick is pending on an eventfd it watches.
 func (wd *watchdog) missed(w *worker, rw *ringWatch, v *netdev.Vring, kickFD int) string {
 	switch {
 	case w.passes.Load()-rw.passes >= 2:
 		return "its worker made passes without taking them"
 	case w.sleeps.Load() != rw.sleeps:
 		return "its worker went to sleep with them waiting"
-	case w.sleeping.Load() && !readable(kickFD):
+	case !w.sleeping.Load() || readable(w.wakefd):
+		return "" // awake, or about to wake
+	case !readable(kickFD):
 		return "its worker sleeps and no kick is pending"
-	case w.sleeping.Load() && !w.kickWatched(v, kickFD):
+	case !w.kickWatched(v, kickFD):
 		return "its worker sleeps and does not watch the ring's kick"
 	}
 	return ""
