@@ -77,12 +77,29 @@ func (a *assignment) clearHold() {
 // uplink.go does the same for the uplink). It reports whether the worker
 // must not sleep: buffers arrived, or the ring stopped.
 func (w *worker) armHold(a *assignment) (more bool) {
-	rv := a.hold.rv
+	kick, more := w.armRX(a.hold.rv)
+	if more {
+		return true
+	}
+	w.armedHolds = append(w.armedHolds, a) // unarmHolds turns the kicks off again
+	a.hold.kick = kick
+	return false
+}
+
+// armRX prepares a sleep that waits for rv to get buffers: its old kicks
+// are drained (netdev made the fd non-blocking; the check sees their
+// buffers), it asks its guest to kick when it adds buffers and is checked
+// once more, and a copy of its kick eventfd joins the worker's epoll set
+// (a kick after the check leaves it readable; a copy, so that the port
+// closing or replacing its fd cannot leave a stale entry behind). It
+// returns the copy (-1: none, sleepTimeout polls) and whether the worker
+// must not sleep: buffers arrived, or the ring stopped.
+func (w *worker) armRX(rv *netdev.Vring) (kick int, more bool) {
 	rv.Lock()
 	defer rv.Unlock()
 	q := rv.Queue()
 	if q == nil {
-		return true
+		return -1, true
 	}
 	fd := rv.KickFD()
 	if fd >= 0 {
@@ -92,23 +109,21 @@ func (w *worker) armHold(a *assignment) (more bool) {
 	}
 	if q.SetNotify(true) {
 		q.SetNotify(false)
-		return true
+		return -1, true
 	}
-	w.armedHolds = append(w.armedHolds, a) // unarmHolds turns the kicks off again
 	if fd < 0 {
-		return false // sleepTimeout polls
+		return -1, false
 	}
 	kick, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return -1, false
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(kick), Pad: heldKickToken}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, kick, &ev); err != nil {
 		unix.Close(kick)
-		return false
+		return -1, false
 	}
-	a.hold.kick = kick
-	return false
+	return kick, false
 }
 
 // unarmHolds undoes armHold after a sleep, for the pairs it armed: also

@@ -618,38 +618,12 @@ func (w *worker) armHeld() (more bool) {
 		return false
 	}
 	rv := wu.held.rv
-	rv.Lock()
-	defer rv.Unlock()
-	q := rv.Queue()
-	if q == nil {
-		return true
-	}
-	fd := rv.KickFD()
-	if fd >= 0 {
-		// old kicks (netdev made the fd non-blocking); the check below
-		// sees their buffers
-		if n, _ := unix.Read(fd, w.drainBuf[:]); n == 8 {
-			rv.Counters.Kicks.Add(1)
-		}
-	}
-	if q.SetNotify(true) {
-		q.SetNotify(false)
+	kick, more := w.armRX(rv) // hold.go
+	if more {
 		return true
 	}
 	wu.notifyOn = rv
 	wu.pollQueue(false)
-	if fd < 0 {
-		return false // no kick to wait for: sleepTimeout polls
-	}
-	kick, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(kick), Pad: heldKickToken}
-	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, kick, &ev); err != nil {
-		unix.Close(kick)
-		return false
-	}
 	wu.held.kick = kick
 	return false
 }
