@@ -79,7 +79,8 @@ type scratch struct {
 	start   int64         // wall clock at the start of the last burst that had work
 	txHead  uint16        // the TX chain in hand (taken, not yet returned)
 	a       *assignment   // the pair whose TX ring is being served (hold.go)
-	retry   bool          // the frame in hand is a's held frame, tried again
+	txq     *virtq.Queue  // its queue
+	first   uint16        // its LastAvail when the burst began: the held frame, if any, is the one after
 	held    bool          // forward held the frame in hand: give the chain back, end the burst
 }
 
@@ -128,11 +129,10 @@ func (w *worker) serveTX(a *assignment) bool {
 	learned := false
 	// A frame held for a full destination (hold.go) is the first chain of
 	// the next burst; it ends the burst it was held in.
-	s.a = a
+	s.a, s.txq, s.first = a, q, q.LastAvail()
 	wasHolding, heldAt := a.hold.rv != nil, -1
 burst:
 	for k := range n {
-		s.retry = wasHolding && k == 0
 		head, err := q.Pop()
 		if err != nil {
 			w.breakVring(v, err)
@@ -301,7 +301,7 @@ burst:
 		}
 	}
 	s.culprit = nil
-	s.a, s.retry = nil, false
+	s.a, s.txq = nil, nil
 	if s.held {
 		s.held = false
 	} else if wasHolding {

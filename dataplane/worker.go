@@ -334,7 +334,7 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 				v = a.tx
 			}
 			w.s.culprit = nil
-			w.s.a, w.s.retry, w.s.held = nil, false, false
+			w.s.a, w.s.txq, w.s.held = nil, nil, false
 			a.clearHold() // the chain in hand is returned (settleAfterFault)
 			v.Lock()
 			w.breakVring(v, fmt.Errorf("fault while serving: %v", r))

@@ -420,6 +420,11 @@ func (f *Frontend) Send(pair int, frame []byte) error {
 
 // SendHdr is Send with an explicit virtio-net header (nil = zero).
 func (f *Frontend) SendHdr(pair int, hdr *virtio.NetHdr, frame []byte) error {
+	return f.send(pair, hdr, frame, true)
+}
+
+// send queues one frame and publishes it; kick false loses the kick.
+func (f *Frontend) send(pair int, hdr *virtio.NetHdr, frame []byte, kick bool) error {
 	r, err := f.txRing(pair)
 	if err != nil {
 		return err
@@ -433,6 +438,10 @@ func (f *Frontend) SendHdr(pair int, hdr *virtio.NetHdr, frame []byte) error {
 		return err
 	}
 	f.publish(r)
+	if !kick {
+		r.kickedIdx = r.availIdx // the decision was made, the kick went missing
+		return nil
+	}
 	return f.notify(r)
 }
 
@@ -442,23 +451,7 @@ func (f *Frontend) SendHdr(pair int, hdr *virtio.NetHdr, frame []byte) error {
 // EVENT_IDX the backend's avail_event then stays behind, so the driver
 // kicks for no later frame either: the lost-kick stall, for tests of the
 // backend's stall watchdog.
-func (f *Frontend) SendNoKick(pair int, frame []byte) error {
-	r, err := f.txRing(pair)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := f.reclaimTx(r); err != nil {
-		return err
-	}
-	if err := f.enqueueTx(r, nil, frame); err != nil {
-		return err
-	}
-	f.publish(r)
-	r.kickedIdx = r.availIdx
-	return nil
-}
+func (f *Frontend) SendNoKick(pair int, frame []byte) error { return f.send(pair, nil, frame, false) }
 
 // SendBurst queues as many frames as fit, publishes them with one avail idx
 // update and makes one notification decision. It returns how many were
