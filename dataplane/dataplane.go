@@ -429,6 +429,12 @@ func (d *Dataplane) nodesOf(ws []*worker) []int {
 // flow from, when known and ready; else by hash; else the next ready one.
 func (p *port) pickRX(hash uint32) int {
 	n := len(p.rxReady)
+	if n == 1 { // no choice: no flow lookup
+		if p.rxReady[0].Load() {
+			return 0
+		}
+		return -1
+	}
 	if q := p.flows.Lookup(hash); q >= 0 && q < n && p.rxReady[q].Load() {
 		return q
 	}

@@ -57,12 +57,14 @@ type usedElem struct {
 // consecutive frames to it share one lock, one avail-index read and one
 // used-index publish.
 type rxHold struct {
-	v      *netdev.Vring
-	q      *virtq.Queue
-	port   *port  // v's port, when known: a stopped ring is no longer offered to flows
-	avail  int    // chains known to be available and not yet taken; re-read at 0
-	frames uint64 // frames pushed and not yet published
-	bytes  uint64
+	v         *netdev.Vring
+	q         *virtq.Queue
+	port      *port // v's port: a stopped ring is no longer offered to flows
+	hdrLen    int   // v's virtio-net header length
+	mergeable bool  // v's guest takes frames spanning several chains
+	avail     int    // chains known to be available and not yet taken; re-read at 0
+	frames    uint64 // frames pushed and not yet published
+	bytes     uint64
 }
 
 // scratch is a worker's per-burst state, allocated once.
@@ -75,7 +77,12 @@ type scratch struct {
 	touched [maxTouched]*netdev.Vring
 	nt      int
 	rx      rxHold
-	culprit *netdev.Vring // the vring whose memory is being touched, blamed for a fault
+	b       txBurst // the burst being served
+	// inRX says that the guest memory being touched is the held RX
+	// vring's (rx.v): a fault now is blamed on it, else on the TX vring
+	// being served. A flag, not a pointer, because it changes per frame.
+	inRX    bool
+	blamed  *netdev.Vring // the held RX vring, kept by unlockBurst when a fault in its memory ends the burst
 	start   int64         // wall clock at the start of the last burst that had work
 	txHead  uint16        // the TX chain in hand (taken, not yet returned)
 	a       *assignment   // the pair whose TX ring is being served (hold.go)
@@ -91,8 +98,45 @@ func (s *scratch) init() { s.hdr = plainHdr }
 // num_buffers 1 (rewritten in place when a frame spans several buffers).
 var plainHdr = [virtio.NetHdrSize]byte{10: 1}
 
+// txBurst is what stays the same for a whole burst from one TX vring,
+// decided once, and the burst's counts.
+type txBurst struct {
+	a         *assignment
+	src       *port
+	v         *netdev.Vring
+	q         *virtq.Queue
+	hdrLen    int
+	maxFrame  int
+	now       int64
+	discard   bool // the ring is started but disabled: its frames are dropped
+	direct    bool // frames of direct chains may take the direct path
+	multiPair bool // src has several pairs: flows are recorded
+	alone     bool // src is its network's only port, and there is no uplink: nowhere to flood
+	dhcp      bool // src's DHCP client frames are answered here
+	lastSmac  uint64 // the source last learned (a Key; never a real one at first)
+	lastDst   uint64 // the destination last looked up (a Key), and its port
+	lastTo    *port
+
+	pkts, bytes, runts, oversize, nodest, disabled, badOffload uint64
+}
+
+// noKey is no address's Key: a burst's first source is always learned.
+const noKey = ^uint64(0)
+
+// frameOutcome is how a frame's trip ended for the burst.
+type frameOutcome int
+
+const (
+	frameDone   frameOutcome = iota // switched, dropped or counted: next frame
+	frameHeld                       // held for a full destination: the burst ends (hold.go)
+	frameBroken                     // the TX ring broke: the burst ends
+)
+
 // serveTX forwards one burst from a TX vring and reports whether there was
-// work.
+// work. Per frame: take the chain; a direct chain (virtq/direct.go)
+// without offload metadata is switched by txDirect straight from the
+// guest's buffer, anything else walks (txWalk). The burst ends with one
+// publish and one interrupt decision per ring.
 func (w *worker) serveTX(a *assignment) bool {
 	v := a.tx
 	v.Lock()
@@ -117,190 +161,40 @@ func (w *worker) serveTX(a *assignment) bool {
 		return false
 	}
 	n = min(n, burstSize)
-	src := a.port
-	hdrLen := v.HdrLen()
-	maxFrame := src.dev.MTU() + ethHeader + vlanTag
-	now := time.Now().UnixNano()
-	var pkts, bytes, runts, oversize, nodest, disabled, badOffload uint64
 	s := &w.s
-	s.start = now
-	multiPair := len(src.rxReady) > 1
-	var lastSmac vswitch.MAC
-	learned := false
+	b := &s.b
+	src := a.port
+	*b = txBurst{a: a, src: src, v: v, q: q, hdrLen: v.HdrLen(),
+		maxFrame: src.dev.MTU() + ethHeader + vlanTag, now: time.Now().UnixNano(),
+		discard: discard, direct: !discard && src.net.up == nil,
+		multiPair: len(src.rxReady) > 1, dhcp: src.dhcp != nil, lastSmac: noKey, lastDst: noKey,
+		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil}
+	s.start = b.now
+	a.macs.Sync(src.net.macs)
 	// A frame held for a full destination (hold.go) is the first chain of
 	// the next burst; it ends the burst it was held in.
 	s.a, s.txq, s.first = a, q, q.LastAvail()
 	wasHolding, heldAt := a.hold.rv != nil, -1
-burst:
 	for k := range n {
-		head, err := q.Pop()
-		if err != nil {
-			w.breakVring(v, err)
+		head, lead, frame, t := q.PopTX(b.hdrLen)
+		if t == virtq.Broken {
+			w.breakVring(v, virtq.ErrHeadOutOfRange)
 			break
 		}
-		s.culprit, s.txHead = v, head
-		r := q.NewReader(head)
-		got := r.Read(s.peek[:])
-		if discard || got < hdrLen+ethHeader {
-			// nothing to switch; the walk still checks the whole chain
-			r.Skip(maxFrame + hdrLen + 1 - got)
-			if err := r.Err(); err != nil {
-				q.Unpop(1)
-				w.breakVring(v, err)
-				break
-			}
-			q.Push(head, 0)
-			if discard {
-				disabled++
-			} else {
-				runts++
-			}
-			continue
-		}
-		frame := s.peek[hdrLen:got]
-		var dmac vswitch.MAC
-		copy(dmac[:], frame[0:6])
-		// DHCP from a guest whose lease the dataplane holds is answered
-		// here (local.go), never switched.
-		local := src.dhcp != nil && dhcp.IsClientFrame(frame)
-		var to *port
-		if !dmac.IsMulticast() && !local {
-			if p, ok := src.net.macs.Lookup(dmac); ok {
-				to = p
-			}
-		}
-		// The flow hash picks among a destination's pairs and records the
-		// source's; a port with one pair needs neither.
-		var hash uint32
-		if multiPair || to == nil || len(to.rxReady) > 1 {
-			hash = vswitch.FlowHash(frame)
-		}
-		// Offload metadata (a partial checksum, a GSO frame): passed
-		// whole to a guest that takes it, else the frame is read into
-		// scratch and completed or segmented there (offload.go).
-		meta := s.peek[0]|s.peek[1] != 0
-		limit := maxFrame
-		linear := false
-		var frameLen int
-		if meta {
-			var mode offloadMode
-			limit, mode = w.offloadTX(hdrLen, frame, maxFrame, to, to != nil && to != src && to.up == nil && !local)
-			switch mode {
-			case offloadPass:
-				frameLen = w.forwardMeta(to, &r, frame, limit, hash)
-				if s.held {
-					q.Unpop(1)
-					heldAt = k
-					break burst
-				}
-			case offloadLinear:
-				frameLen = w.linearize(&r, frame, limit)
-			default: // refused: the walk still checks the whole chain
-				frameLen = len(frame) + r.Skip(limit+1-len(frame))
-			}
-			if mode == offloadBad || mode == offloadMTU || (mode == offloadPass && frameLen < s.off.in.MinLen) {
-				if err := r.Err(); err != nil {
-					q.Unpop(1)
-					w.breakVring(v, err)
-					break
-				}
-				q.Push(head, 0)
-				if mode == offloadMTU {
-					oversize++
-				} else {
-					badOffload++
-				}
-				continue
-			}
-			linear = mode == offloadLinear
+		s.txHead = head
+		var out frameOutcome
+		if t == virtq.Direct && lead == 0 && b.direct {
+			out = w.txDirect(b, head, frame)
 		} else {
-			switch {
-			case to != nil && to.up != nil:
-				frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
-			case to != nil && to != src:
-				frameLen = w.forward(to, &r, frame, maxFrame, hash)
-				if s.held {
-					q.Unpop(1)
-					heldAt = k
-					break burst
-				}
-			default:
-				frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
-			}
+			out = w.txWalk(b, head)
 		}
-		if err := r.Err(); err != nil {
-			q.Unpop(1)
-			w.breakVring(v, err)
+		if out == frameHeld {
+			heldAt = k
+		}
+		if out != frameDone {
 			break
-		}
-		q.Push(head, 0)
-		if frameLen > limit {
-			oversize++
-			continue
-		}
-		if linear {
-			if !w.offloadCheck(frameLen) {
-				badOffload++
-				continue
-			}
-			if w.offloadOversize(maxFrame) {
-				oversize++
-				continue
-			}
-		}
-		var smac vswitch.MAC
-		copy(smac[:], frame[6:12])
-		if !learned || smac != lastSmac {
-			// once per source address and burst: a repeat at the same
-			// time would change nothing
-			src.net.macs.Learn(smac, src, now)
-			lastSmac, learned = smac, true
-			if src.net.up != nil {
-				w.guestMAC(smac) // uplink.go: af_xdp steers it to us
-			}
-		}
-		if multiPair {
-			src.flows.Record(hash, a.pair)
-		}
-		// Every frame that passed the checks counts as transmitted; a frame
-		// that finds no room at its destination is counted there
-		// (rxNoBuffer/rxDisabled), one with no destination at all here.
-		pkts++
-		bytes += uint64(frameLen)
-		switch {
-		case local:
-			w.releaseRX(false) // answerDHCP locks an RX vring itself
-			if linear {
-				w.answerDHCPMeta(src, s.off.lin[:frameLen])
-			} else {
-				w.answerDHCP(src, q, head, hdrLen, frameLen)
-			}
-		case to == src:
-			nodest++ // addressed to its own port: a hairpin we do not do
-		case linear:
-			if !w.deliverLinear(src, to, s.off.lin[:frameLen], hash) { // offloads.go
-				nodest++
-			}
-		case to != nil:
-			// delivered (or counted at the destination) above
-		default:
-			flooded := false
-			for _, p := range *src.net.ports.Load() {
-				if p != src {
-					w.deliver(p, q, head, hdrLen, frameLen, hash)
-					flooded = true
-				}
-			}
-			if src.net.up != nil {
-				w.floodUplink(src.net, q, head, hdrLen, frameLen) // uplink.go
-				flooded = true
-			}
-			if !flooded {
-				nodest++
-			}
 		}
 	}
-	s.culprit = nil
 	s.a, s.txq = nil, nil
 	if s.held {
 		s.held = false
@@ -311,17 +205,272 @@ burst:
 	q.Publish()
 	v.Call()
 	c := &v.Counters
-	c.Packets.Add(pkts)
-	c.Bytes.Add(bytes)
-	if runts|oversize|nodest|disabled|badOffload != 0 {
-		c.DropOffload.Add(badOffload)
-		c.DropRunt.Add(runts)
-		c.DropMTU.Add(oversize)
-		c.DropNoDest.Add(nodest)
-		c.DropDisable.Add(disabled)
+	c.Packets.Add(b.pkts)
+	c.Bytes.Add(b.bytes)
+	if b.runts|b.oversize|b.nodest|b.disabled|b.badOffload != 0 {
+		c.DropOffload.Add(b.badOffload)
+		c.DropRunt.Add(b.runts)
+		c.DropMTU.Add(b.oversize)
+		c.DropNoDest.Add(b.nodest)
+		c.DropDisable.Add(b.disabled)
 	}
+	b.a, b.src, b.v, b.q, b.lastTo = nil, nil, nil, nil, nil
 	w.callTouched()
 	return heldAt != 0 // a burst that only held its first frame moved nothing
+}
+
+// txDirect switches one frame of a direct TX chain, frame being its bytes
+// in the source guest's memory (which the guest may rewrite meanwhile:
+// every value that decides anything is read once).
+func (w *worker) txDirect(b *txBurst, head uint16, frame []byte) frameOutcome {
+	q, src := b.q, b.src
+	n := len(frame)
+	if n < ethHeader || n > b.maxFrame {
+		q.Push(head, 0)
+		if n < ethHeader {
+			b.runts++
+		} else {
+			b.oversize++
+		}
+		return frameDone
+	}
+	dst, smac := vswitch.Key(frame[0:6]), vswitch.Key(frame[6:12])
+	if b.dhcp && dhcp.IsClientFrame(frame) {
+		return w.txWalk(b, head) // answered here (local.go)
+	}
+	// Frames of a burst mostly go to one destination: it is looked up
+	// once (through the pair's cache) until another one comes.
+	if dst != b.lastDst {
+		b.lastTo = nil
+		if !vswitch.KeyIsMulticast(dst) {
+			b.lastTo, _ = b.a.macs.Lookup(src.net.macs, dst)
+		}
+		b.lastDst = dst
+	}
+	to := b.lastTo
+	// The flow hash picks among a destination's pairs and records the
+	// source's; a port with one pair needs neither.
+	var hash uint32
+	if b.multiPair || (to != nil && len(to.rxReady) > 1) {
+		hash = vswitch.FlowHash(frame)
+	}
+	switch {
+	case to == nil && b.alone:
+		b.nodest++
+	case to == nil:
+		w.flood(src, frame, hash, b.multiPair)
+	case to == src:
+		b.nodest++ // addressed to its own port: a hairpin we do not do
+	default:
+		rv, res := w.put(to, frame, hash)
+		switch {
+		case res == fillDone:
+			if b.a.hold.stalled != nil {
+				b.a.delivered(to)
+			}
+		case res == fillNoRoom && w.hold(rv, to):
+			q.Unpop(1)
+			return frameHeld
+		case res == fillNoRoom:
+			rv.Counters.DropNoBuf.Add(1)
+		}
+	}
+	q.Push(head, 0)
+	if smac != b.lastSmac {
+		b.learnMAC(w, smac)
+	}
+	if b.multiPair {
+		src.flows.Record(hash, b.a.pair)
+	}
+	b.pkts++
+	b.bytes += uint64(n)
+	return frameDone
+}
+
+// flood copies a frame from src's guest into every other port of its
+// network; a full ring drops its copy. With several pairs at src the hash
+// is already known; else it is computed for the first destination that
+// has several pairs.
+func (w *worker) flood(src *port, frame []byte, hash uint32, hashed bool) {
+	for _, p := range *src.net.ports.Load() {
+		if p == src {
+			continue
+		}
+		if !hashed && len(p.rxReady) > 1 {
+			hash, hashed = vswitch.FlowHash(frame), true
+		}
+		if rv, res := w.put(p, frame, hash); res == fillNoRoom {
+			rv.Counters.DropNoBuf.Add(1)
+		}
+	}
+}
+
+// learnMAC learns the source of a frame that passed the checks, once per
+// address and burst (a repeat at the same time would change nothing);
+// the caller compares with lastSmac first.
+func (b *txBurst) learnMAC(w *worker, smac uint64) {
+	src := b.src
+	mac := vswitch.MACOf(smac)
+	src.net.macs.Learn(mac, src, b.now)
+	b.lastSmac = smac
+	if src.net.up != nil {
+		w.guestMAC(mac) // uplink.go: af_xdp steers it to us
+	}
+}
+
+// txWalk switches one frame through the bounded walker: any chain the
+// direct path does not serve, frames with offload metadata, DHCP to the
+// local responder, frames to or flooded to the uplink, and a disabled
+// ring's frames (only checked, then dropped).
+func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
+	s := &w.s
+	q, v, src, hdrLen, maxFrame := b.q, b.v, b.src, b.hdrLen, b.maxFrame
+	r := q.NewReader(head)
+	got := r.Read(s.peek[:])
+	if b.discard || got < hdrLen+ethHeader {
+		// nothing to switch; the walk still checks the whole chain
+		r.Skip(maxFrame + hdrLen + 1 - got)
+		if err := r.Err(); err != nil {
+			q.Unpop(1)
+			w.breakVring(v, err)
+			return frameBroken
+		}
+		q.Push(head, 0)
+		if b.discard {
+			b.disabled++
+		} else {
+			b.runts++
+		}
+		return frameDone
+	}
+	frame := s.peek[hdrLen:got]
+	dst := vswitch.Key(frame[0:6])
+	// DHCP from a guest whose lease the dataplane holds is answered
+	// here (local.go), never switched.
+	local := b.dhcp && dhcp.IsClientFrame(frame)
+	var to *port
+	if !vswitch.KeyIsMulticast(dst) && !local {
+		to, _ = b.a.macs.Lookup(src.net.macs, dst)
+	}
+	var hash uint32
+	if b.multiPair || to == nil || len(to.rxReady) > 1 {
+		hash = vswitch.FlowHash(frame)
+	}
+	// Offload metadata (a partial checksum, a GSO frame): passed
+	// whole to a guest that takes it, else the frame is read into
+	// scratch and completed or segmented there (offload.go).
+	meta := s.peek[0]|s.peek[1] != 0
+	limit := maxFrame
+	linear := false
+	var frameLen int
+	if meta {
+		var mode offloadMode
+		limit, mode = w.offloadTX(hdrLen, frame, maxFrame, to, to != nil && to != src && to.up == nil && !local)
+		switch mode {
+		case offloadPass:
+			frameLen = w.forwardMeta(to, &r, frame, limit, hash)
+			if s.held {
+				q.Unpop(1)
+				return frameHeld
+			}
+		case offloadLinear:
+			frameLen = w.linearize(&r, frame, limit)
+		default: // refused: the walk still checks the whole chain
+			frameLen = len(frame) + r.Skip(limit+1-len(frame))
+		}
+		if mode == offloadBad || mode == offloadMTU || (mode == offloadPass && frameLen < s.off.in.MinLen) {
+			if err := r.Err(); err != nil {
+				q.Unpop(1)
+				w.breakVring(v, err)
+				return frameBroken
+			}
+			q.Push(head, 0)
+			if mode == offloadMTU {
+				b.oversize++
+			} else {
+				b.badOffload++
+			}
+			return frameDone
+		}
+		linear = mode == offloadLinear
+	} else {
+		switch {
+		case to != nil && to.up != nil:
+			frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
+		case to != nil && to != src:
+			frameLen = w.forward(to, &r, frame, maxFrame, hash)
+			if s.held {
+				q.Unpop(1)
+				return frameHeld
+			}
+		default:
+			frameLen = len(frame) + r.Skip(maxFrame+1-len(frame))
+		}
+	}
+	if err := r.Err(); err != nil {
+		q.Unpop(1)
+		w.breakVring(v, err)
+		return frameBroken
+	}
+	q.Push(head, 0)
+	if frameLen > limit {
+		b.oversize++
+		return frameDone
+	}
+	if linear {
+		if !w.offloadCheck(frameLen) {
+			b.badOffload++
+			return frameDone
+		}
+		if w.offloadOversize(maxFrame) {
+			b.oversize++
+			return frameDone
+		}
+	}
+	if smac := vswitch.Key(frame[6:12]); smac != b.lastSmac {
+		b.learnMAC(w, smac)
+	}
+	if b.multiPair {
+		src.flows.Record(hash, b.a.pair)
+	}
+	// Every frame that passed the checks counts as transmitted; a frame
+	// that finds no room at its destination is counted there
+	// (rxNoBuffer/rxDisabled), one with no destination at all here.
+	b.pkts++
+	b.bytes += uint64(frameLen)
+	switch {
+	case local:
+		w.releaseRX(false) // answerDHCP locks an RX vring itself
+		if linear {
+			w.answerDHCPMeta(src, s.off.lin[:frameLen])
+		} else {
+			w.answerDHCP(src, q, head, hdrLen, frameLen)
+		}
+	case to == src:
+		b.nodest++ // addressed to its own port: a hairpin we do not do
+	case linear:
+		if !w.deliverLinear(src, to, s.off.lin[:frameLen], hash) { // offloads.go
+			b.nodest++
+		}
+	case to != nil:
+		// delivered (or counted at the destination) above
+	default:
+		flooded := false
+		for _, p := range *src.net.ports.Load() {
+			if p != src {
+				w.deliver(p, q, head, hdrLen, frameLen, hash)
+				flooded = true
+			}
+		}
+		if src.net.up != nil {
+			w.floodUplink(src.net, q, head, hdrLen, frameLen) // uplink.go
+			flooded = true
+		}
+		if !flooded {
+			b.nodest++
+		}
+	}
+	return frameDone
 }
 
 // unlockBurst releases the burst's locks. On the normal path the held RX
@@ -330,7 +479,8 @@ burst:
 // serveSafely can lock and stop the culprit.
 func (w *worker) unlockBurst(tx *netdev.Vring) {
 	if h := &w.s.rx; h.v != nil {
-		if h.v == w.s.culprit {
+		if w.s.inRX {
+			w.s.blamed = h.v
 			h.unready()
 			h.v.Unlock()
 			*h = rxHold{}
@@ -383,7 +533,7 @@ func (w *worker) returnInHand(tx *netdev.Vring) {
 
 // holdRX makes rv the held RX vring (releasing the previous one) and
 // returns the hold, or nil when rv cannot take frames.
-func (w *worker) holdRX(rv *netdev.Vring) *rxHold {
+func (w *worker) holdRX(rv *netdev.Vring, dst *port) *rxHold {
 	h := &w.s.rx
 	if h.v == rv {
 		return h
@@ -395,7 +545,7 @@ func (w *worker) holdRX(rv *netdev.Vring) *rxHold {
 		rv.Unlock()
 		return nil
 	}
-	*h = rxHold{v: rv, q: q}
+	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable()}
 	return h
 }
 
@@ -411,10 +561,10 @@ func (w *worker) releaseRX(callNow bool) {
 	}
 	if h.frames > 0 {
 		s := &w.s
-		prev := s.culprit
-		s.culprit = rv
+		prev := s.inRX
+		s.inRX = true
 		h.q.Publish()
-		s.culprit = prev
+		s.inRX = prev
 		c := &rv.Counters
 		c.Packets.Add(h.frames)
 		c.Bytes.Add(h.bytes)
@@ -445,10 +595,8 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 		return n
 	}
 	rv := dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv)
-	if h != nil {
-		h.port = dst
-	} else {
+	h := w.holdRX(rv, dst)
+	if h == nil {
 		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
 		if n <= maxFrame {
 			rv.Counters.DropDisable.Add(1)
@@ -456,8 +604,7 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 		return n
 	}
 	s := &w.s
-	prev := s.culprit
-	s.culprit = rv
+	s.inRX = true
 	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
 	if res == fillDone {
 		if n <= maxFrame && n >= s.minLen && r.Err() == nil {
@@ -472,9 +619,9 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 			w.unfill(h, nbufs)
 		}
 	}
-	// Restored on a normal return only: after a fault in rv's memory
-	// serveSafely must find rv, not the source ring, as the culprit.
-	s.culprit = prev
+	// Cleared on a normal return only: after a fault in rv's memory
+	// serveSafely must blame rv, not the source ring.
+	s.inRX = false
 	if res == fillDone || (res == fillNoRoom && w.hold(rv, dst)) {
 		return n
 	}
@@ -496,15 +643,13 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 		return
 	}
 	rv := dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv)
+	h := w.holdRX(rv, dst)
 	if h == nil {
 		rv.Counters.DropDisable.Add(1)
 		return
 	}
-	h.port = dst
 	s := &w.s
-	prev := s.culprit
-	s.culprit = rv
+	s.inRX = true
 	r := src.NewReader(head)
 	r.Skip(srcHdr)
 	n, nbufs, res := w.fill(h, nil, &r, frameLen)
@@ -516,7 +661,7 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 	case res == fillNoRoom:
 		rv.Counters.DropNoBuf.Add(1)
 	}
-	s.culprit = prev
+	s.inRX = false
 }
 
 type fillResult int

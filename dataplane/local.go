@@ -43,28 +43,8 @@ func (w *worker) answerDHCP(p *port, q *virtq.Queue, head uint16, hdrLen, frameL
 // It returns the RX vring that had no room for the frame, uncounted (the
 // caller drops it or keeps it for later: uplink.go), else nil.
 func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) (full *netdev.Vring) {
-	pair := dst.pickRX(hash)
-	if pair < 0 {
-		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return nil
+	if rv, res := w.put(dst, frame, hash); res == fillNoRoom {
+		return rv
 	}
-	rv := dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv)
-	if h == nil {
-		rv.Counters.DropDisable.Add(1)
-		return nil
-	}
-	s := &w.s
-	prev := s.culprit
-	s.culprit = rv
-	var none virtq.Reader // the whole frame is the prefix
-	n, nbufs, res := w.fill(h, frame, &none, len(frame))
-	switch res {
-	case fillDone:
-		w.commit(h, nbufs, n)
-	case fillNoRoom:
-		full = rv
-	}
-	s.culprit = prev
-	return full
+	return nil
 }

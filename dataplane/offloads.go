@@ -159,29 +159,12 @@ func (w *worker) deliverMeta(dst *port, frame []byte, hash uint32) (full *netdev
 // virtio-net header hdr (num_buffers 1). ok: rv took it; else rv had no
 // room (uncounted), or is nil when dst had no ready ring (counted).
 func (w *worker) putBuf(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, hash uint32) (rv *netdev.Vring, ok bool) {
-	pair := dst.pickRX(hash)
-	if pair < 0 {
-		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return nil, false
-	}
-	rv = dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv)
-	if h == nil {
-		rv.Counters.DropDisable.Add(1)
-		return nil, false
-	}
-	h.port = dst
 	s := &w.s
-	prev := s.culprit
-	s.culprit = rv
 	s.hdr = *hdr
-	defer s.plain()       // also when a fault in guest memory unwinds
-	var none virtq.Reader // the whole frame is the prefix
-	n, nbufs, res := w.fill(h, frame, &none, len(frame))
-	s.culprit = prev
+	defer s.plain() // also when a fault in guest memory unwinds
+	rv, res := w.put(dst, frame, hash)
 	switch res {
 	case fillDone:
-		w.commit(h, nbufs, n)
 		return rv, true
 	case fillNoRoom:
 		return rv, false

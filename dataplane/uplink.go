@@ -435,12 +435,16 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.panics.Add(1)
+			var culprit *netdev.Vring // the held RX vring, if its memory faulted
 			if h := &w.s.rx; h.v != nil {
+				if w.s.inRX {
+					culprit = h.v
+				}
 				h.v.Unlock()
 				*h = rxHold{}
 			}
-			if v := w.s.culprit; v != nil {
-				w.s.culprit = nil
+			w.s.inRX = false
+			if v := culprit; v != nil {
 				v.Lock()
 				w.breakVring(v, fmt.Errorf("fault while delivering from the uplink: %v", r))
 				v.Unlock()
@@ -482,7 +486,7 @@ func (w *worker) serveUplink() bool {
 				w.upStart = now // busy time (worker.go)
 			}
 			if !w.fromUplink(u, wu.frames[wu.next], now) {
-				w.s.culprit = nil
+				w.s.inRX = false
 				w.releaseRX(true) // the guest gets what filled its ring
 				w.callTouched()
 				return true
@@ -504,7 +508,7 @@ func (w *worker) serveUplink() bool {
 		got += n
 	}
 	if worked {
-		w.s.culprit = nil
+		w.s.inRX = false
 		w.releaseRX(true)
 		w.callTouched()
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
 // assignment is one queue pair a worker serves. It moves with the pair
@@ -31,6 +32,9 @@ type assignment struct {
 	hold    txHold
 	holding atomic.Bool
 	heldOn  atomic.Pointer[netdev.Vring]
+	// macs caches the network's MAC table for this pair's frames; only
+	// the worker serving the pair touches it
+	macs vswitch.Cache[*port]
 }
 
 // assignments is a worker's list, with the most demanding polling mode
@@ -329,11 +333,11 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 			if w.up != nil {
 				w.up.q.Cancel() // a frame to the uplink half built
 			}
-			v := w.s.culprit
-			if v == nil {
-				v = a.tx
+			v := a.tx
+			if w.s.inRX && w.s.blamed != nil { // unlockBurst kept it
+				v = w.s.blamed
 			}
-			w.s.culprit = nil
+			w.s.inRX, w.s.blamed = false, nil
 			w.s.a, w.s.txq, w.s.held = nil, nil, false
 			a.clearHold() // the chain in hand is returned (settleAfterFault)
 			v.Lock()

@@ -174,6 +174,14 @@ func (t *Table) regionGPA(gpa uint64) *Region {
 	return nil
 }
 
+// Region returns the region holding gpa, or nil.
+func (t *Table) Region(gpa uint64) *Region {
+	if t == nil {
+		return nil
+	}
+	return t.regionGPA(gpa)
+}
+
 // Slice returns the n bytes at guest physical address gpa if they lie in one
 // region. It never allocates.
 func (t *Table) Slice(gpa, n uint64) ([]byte, error) {

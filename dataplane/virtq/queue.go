@@ -54,6 +54,7 @@ type Queue struct {
 	used  []byte
 	feat  Features
 	cur   guestmem.Cursor // last region hit by this queue's chains
+	v     ringViews       // typed rings and the direct path's region (direct.go)
 
 	lastAvail      uint16 // next available ring entry to take
 	usedIdx        uint16 // shadow of used.idx, published by Publish
@@ -83,6 +84,7 @@ func New(mem *guestmem.Table, size int, desc, avail, used []byte, lastAvail uint
 	// taken and never returned, and taking them again (a TX frame resent,
 	// an RX buffer refilled) is better than leaking them from the driver.
 	// The caller sees the difference in LastAvail.
+	q.viewRings()
 	q.usedIdx = load16(used, 2)
 	q.lastAvail = lastAvail
 	if lastAvail != q.usedIdx {
@@ -133,7 +135,7 @@ func (q *Queue) Pending() (int, error) {
 
 // Pop takes the next available head. The caller checked Pending.
 func (q *Queue) Pop() (uint16, error) {
-	head := le.Uint16(q.avail[4+2*int(q.lastAvail&q.mask):])
+	head := q.availAt(q.lastAvail)
 	if head >= q.size {
 		return 0, ErrHeadOutOfRange
 	}
@@ -147,10 +149,7 @@ func (q *Queue) Unpop(n int) { q.lastAvail -= uint16(n) }
 
 // Push writes a used element without publishing it.
 func (q *Queue) Push(head uint16, length uint32) {
-	off := 4 + virtio.UsedElemSize*int(q.usedIdx&q.mask)
-	e := q.used[off : off+8]
-	le.PutUint32(e, uint32(head))
-	le.PutUint32(e[4:], length)
+	*q.usedAt(q.usedIdx) = usedSlot{id: uint32(head), len: length}
 	q.usedIdx++
 }
 

@@ -4,6 +4,7 @@
 package vswitch
 
 import (
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 )
@@ -40,6 +41,7 @@ type entry[P comparable] struct {
 // expensive.
 type Table[P comparable] struct {
 	m           atomic.Pointer[map[uint64]*entry[P]]
+	gen         atomic.Uint64 // moves after every change of m: Cache validates against it
 	mu          sync.Mutex // serialises writers
 	perPort     map[P]int
 	maxPerPort  int
@@ -60,9 +62,26 @@ func NewTable[P comparable](maxPerPort int) *Table[P] {
 	return t
 }
 
+// Key packs the address in b[0:6] (a frame's destination or, at b[6:],
+// its source) the way the table keys it, reading each byte once: the
+// address of a frame in guest memory is read once and decided on.
+func Key(b []byte) uint64 {
+	_ = b[5]
+	return uint64(binary.BigEndian.Uint32(b))<<16 | uint64(binary.BigEndian.Uint16(b[4:]))
+}
+
+// KeyIsMulticast reports whether the address packed in k is a group
+// address.
+func KeyIsMulticast(k uint64) bool { return k&(1<<40) != 0 }
+
+// MACOf unpacks a Key.
+func MACOf(k uint64) MAC { return macOf(k) }
+
 // Lookup returns the port that owns mac.
-func (t *Table[P]) Lookup(mac MAC) (P, bool) {
-	e, ok := (*t.m.Load())[key(mac)]
+func (t *Table[P]) Lookup(mac MAC) (P, bool) { return t.lookupKey(key(mac)) }
+
+func (t *Table[P]) lookupKey(k uint64) (P, bool) {
+	e, ok := (*t.m.Load())[k]
 	if !ok {
 		var zero P
 		return zero, false
@@ -108,6 +127,7 @@ func (t *Table[P]) Learn(mac MAC, port P, now int64) bool {
 	next[k] = e
 	t.perPort[port]++
 	t.m.Store(&next)
+	t.gen.Add(1)
 	return true
 }
 
@@ -146,8 +166,13 @@ func (t *Table[P]) remove(drop func(MAC, *entry[P]) bool) int {
 		next[k] = v
 	}
 	t.m.Store(&next)
+	t.gen.Add(1)
 	return n
 }
+
+// Gen returns the table's generation: it changes after every learn of a
+// new address, move, forget and age, never on a refresh.
+func (t *Table[P]) Gen() uint64 { return t.gen.Load() }
 
 // Len returns the number of learned addresses.
 func (t *Table[P]) Len() int { return len(*t.m.Load()) }
