@@ -59,9 +59,9 @@ type usedElem struct {
 type rxHold struct {
 	v         *netdev.Vring
 	q         *virtq.Queue
-	port      *port // v's port: a stopped ring is no longer offered to flows
-	hdrLen    int   // v's virtio-net header length
-	mergeable bool  // v's guest takes frames spanning several chains
+	port      *port  // v's port: a stopped ring is no longer offered to flows
+	hdrLen    int    // v's virtio-net header length
+	mergeable bool   // v's guest takes frames spanning several chains
 	avail     int    // chains known to be available and not yet taken; re-read at 0
 	frames    uint64 // frames pushed and not yet published
 	bytes     uint64
@@ -81,14 +81,14 @@ type scratch struct {
 	// inRX says that the guest memory being touched is the held RX
 	// vring's (rx.v): a fault now is blamed on it, else on the TX vring
 	// being served. A flag, not a pointer, because it changes per frame.
-	inRX    bool
-	blamed  *netdev.Vring // the held RX vring, kept by unlockBurst when a fault in its memory ends the burst
-	start   int64         // wall clock at the start of the last burst that had work
-	txHead  uint16        // the TX chain in hand (taken, not yet returned)
-	a       *assignment   // the pair whose TX ring is being served (hold.go)
-	txq     *virtq.Queue  // its queue
-	first   uint16        // its LastAvail when the burst began: the held frame, if any, is the one after
-	held    bool          // forward held the frame in hand: give the chain back, end the burst
+	inRX   bool
+	blamed *netdev.Vring // the held RX vring, kept by unlockBurst when a fault in its memory ends the burst
+	start  int64         // wall clock at the start of the last burst that had work
+	txHead uint16        // the TX chain in hand (taken, not yet returned)
+	a      *assignment   // the pair whose TX ring is being served (hold.go)
+	txq    *virtq.Queue  // its queue
+	first  uint16        // its LastAvail when the burst began: the held frame, if any, is the one after
+	held   bool          // forward held the frame in hand: give the chain back, end the burst
 }
 
 // init prepares the header every delivered frame starts with.
@@ -108,11 +108,11 @@ type txBurst struct {
 	hdrLen    int
 	maxFrame  int
 	now       int64
-	discard   bool // the ring is started but disabled: its frames are dropped
-	direct    bool // frames of direct chains may take the direct path
-	multiPair bool // src has several pairs: flows are recorded
-	alone     bool // src is its network's only port, and there is no uplink: nowhere to flood
-	dhcp      bool // src's DHCP client frames are answered here
+	discard   bool   // the ring is started but disabled: its frames are dropped
+	direct    bool   // frames of direct chains may take the direct path
+	multiPair bool   // src has several pairs: flows are recorded
+	alone     bool   // src is its network's only port, and there is no uplink: nowhere to flood
+	dhcp      bool   // src's DHCP client frames are answered here
 	lastSmac  uint64 // the source last learned (a Key; never a real one at first)
 	lastDst   uint64 // the destination last looked up (a Key), and its port
 	lastTo    *port

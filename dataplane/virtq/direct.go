@@ -174,4 +174,3 @@ func (q *Queue) PopRX(min int) (head uint16, buf []byte, t Taken) {
 	}
 	return head, b, Direct
 }
-

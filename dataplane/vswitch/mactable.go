@@ -42,7 +42,7 @@ type entry[P comparable] struct {
 type Table[P comparable] struct {
 	m           atomic.Pointer[map[uint64]*entry[P]]
 	gen         atomic.Uint64 // moves after every change of m: Cache validates against it
-	mu          sync.Mutex // serialises writers
+	mu          sync.Mutex    // serialises writers
 	perPort     map[P]int
 	maxPerPort  int
 	refreshNano int64
