@@ -45,10 +45,16 @@ type WatchdogConfig struct {
 type watchdog struct {
 	d     *Dataplane
 	cfg   WatchdogConfig
-	seen  map[*netdev.Vring]*ringWatch
+	seen  map[*netdev.Vring]ringWatch
 	stop  chan struct{}
 	done  chan struct{}
 	dumps int64 // last ring dump, ns
+	// A scan allocates nothing (it runs beside the workers, and the
+	// per-packet allocation tests count every goroutine's): the port
+	// list is reused and rings are remembered by value, with the scan
+	// that last saw them.
+	ports []*port
+	scans uint64
 }
 
 // ringWatch is what the watchdog remembers of one TX ring between ticks.
@@ -58,13 +64,14 @@ type ringWatch struct {
 	passes    uint64 // its worker's pass count then
 	sleeps    uint64 // and sleep count
 	reported  bool   // this stall was logged
+	scan      uint64 // the last scan that saw the ring
 }
 
 func (d *Dataplane) startWatchdog(cfg WatchdogConfig) *watchdog {
 	if cfg.Bound == 0 {
 		cfg.Bound = DefaultStallBound
 	}
-	wd := &watchdog{d: d, cfg: cfg, seen: map[*netdev.Vring]*ringWatch{}, stop: make(chan struct{}), done: make(chan struct{})}
+	wd := &watchdog{d: d, cfg: cfg, seen: map[*netdev.Vring]ringWatch{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Bound < 0 {
 		close(wd.done)
 		return wd
@@ -103,15 +110,16 @@ func (wd *watchdog) scan(now int64) {
 	if dump {
 		wd.dumps = now
 	}
-	live := make(map[*netdev.Vring]bool, len(wd.seen))
-	for _, p := range wd.d.portList() {
+	wd.scans++
+	wd.ports = wd.d.appendPorts(wd.ports[:0])
+	for _, p := range wd.ports {
 		for _, a := range p.assigns {
-			live[a.tx] = true
 			wd.check(a, now, dump)
 		}
 	}
-	for v := range wd.seen {
-		if !live[v] {
+	clear(wd.ports) // no removed port kept alive until the next scan
+	for v, rw := range wd.seen {
+		if rw.scan != wd.scans { // its port is gone
 			delete(wd.seen, v)
 		}
 	}
@@ -136,17 +144,19 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 		delete(wd.seen, v)
 		return
 	}
-	rw := wd.seen[v]
-	if rw == nil || rw.lastAvail != st.LastAvail {
+	rw, ok := wd.seen[v]
+	if !ok || rw.lastAvail != st.LastAvail {
 		v.Unlock()
-		wd.seen[v] = &ringWatch{lastAvail: st.LastAvail, since: now, passes: w.passes.Load(), sleeps: w.sleeps.Load()}
+		wd.seen[v] = ringWatch{lastAvail: st.LastAvail, since: now, passes: w.passes.Load(), sleeps: w.sleeps.Load(), scan: wd.scans}
 		return
 	}
+	rw.scan = wd.scans
+	defer func() { wd.seen[v] = rw }()
 	if now-rw.since < int64(wd.cfg.Bound) {
 		v.Unlock()
 		return
 	}
-	why := wd.missed(w, rw, v, st.KickFD)
+	why := wd.missed(w, &rw, v, st.KickFD)
 	if why == "" {
 		v.Unlock()
 		return
@@ -209,11 +219,11 @@ func readable(fd int) bool {
 	return err == nil && n > 0 && pfd[0].Revents&unix.POLLIN != 0
 }
 
-// portList is every port, for readers that must not hold d.mu long.
-func (d *Dataplane) portList() []*port {
+// appendPorts appends every port to out, for readers that must not hold
+// d.mu long.
+func (d *Dataplane) appendPorts(out []*port) []*port {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]*port, 0, len(d.byName))
 	for _, p := range d.byName {
 		out = append(out, p)
 	}

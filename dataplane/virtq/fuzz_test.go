@@ -219,6 +219,9 @@ func fuzzChainWalk(t *testing.T, in []byte) {
 		t.Fatalf("model returned %d pieces, %d bytes: beyond %d hops of at most %d bytes", len(want), total, hopLimit, maxLen)
 	}
 
+	// The direct path takes the chain as the walker would, or declines.
+	checkDirect(t, m, d, feat, want, wantErr)
+
 	// Chain.Next: exactly the model's pieces and error.
 	got, err := walkChain(t, m, q.Chain(head))
 	if !slices.Equal(got, want) || !sameErr(err, wantErr) {
@@ -444,6 +447,12 @@ func chainSeeds() [][]byte {
 	const D = stdDataGPA
 	const size16, indir = 4, 8
 	return [][]byte{
+		// direct TX: header and frame in one descriptor; header, then frame
+		chainSeed(size16, 1, []seedDesc{{}, sd(D, 12+60, 0, 0)}, nil),
+		chainSeed(size16, 0, []seedDesc{sd(D, 12, fNext, 3), {}, {}, sd(D+0x100, 1500, 0, 0)}, nil),
+		chainSeed(size16, 0, []seedDesc{sd(D, 10, fNext, 1), sd(stdAEnd-60, 60, 0, 0)}, nil),
+		// direct RX: one writable descriptor, ending at region A's end
+		chainSeed(size16, 0, []seedDesc{sd(stdAEnd-2048, 2048, fWrite, 0)}, nil),
 		// TX: 12-byte header split 5+7, then a frame
 		chainSeed(size16, 0, []seedDesc{sd(D, 5, fNext, 1), sd(D+0x100, 7, fNext, 2), sd(D+0x200, 1500, 0, 0)}, nil),
 		// header split 3+4+5
