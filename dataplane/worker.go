@@ -295,6 +295,11 @@ func nanotime() int64 { return time.Now().UnixNano() }
 // pass serves every assigned queue pair once. A pass without work reads
 // no clock: a burst with work reads the wall clock when it starts (it
 // needs it for MAC learning) and once more here when it ends.
+//
+// It is never inlined: the instruction counts of docs/performance.md are
+// taken inside it (callgrind --toggle-collect), also in PGO builds.
+//
+//go:noinline
 func (w *worker) pass() (worked bool) {
 	for _, a := range w.list.Load().list {
 		w.s.start = 0
