@@ -68,6 +68,10 @@ bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, i
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 	$(GO) run ./hack/bench/wakeup
 
+.PHONY: bench-instructions
+bench-instructions: ## Callgrind instructions per frame: vhostmq's per-frame path (worker.pass) vs DPDK's vhost backend (testpmd's forwarding lcore) on the same frames, and their ratio (hack/bench/instructions.sh; INSTR_ARGS, e.g. --smoke, --no-dpdk, --paths, --budget FILE)
+	hack/bench/instructions.sh $(INSTR_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 	hack/fuzz.sh $(FUZZTIME)

@@ -94,17 +94,19 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	s := &w.s
 	q := h.q
 	dhdr := h.hdrLen
+	// Each buffer's used element is written as it fills (invisible until
+	// the hold publishes); a frame that does not fit takes them back.
 	k := copy(first[dhdr:], frame)
-	s.used[0] = usedElem{head: head, len: uint32(dhdr + k)}
+	q.Push(head, uint32(dhdr+k))
 	nbufs := 1
 	for k < len(frame) {
 		if nbufs == maxMergeBufs {
-			w.unfill(h, nbufs)
+			w.unspan(h, nbufs)
 			return fillNoRoom
 		}
 		if h.avail == 0 {
 			if res := h.refill(); res != fillDone {
-				w.unfill(h, nbufs)
+				w.unspan(h, nbufs)
 				if res == fillBroken {
 					w.breakHeld(virtq.ErrAvailIdx)
 				}
@@ -114,17 +116,17 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 		head, buf, t := q.PopRX(1)
 		switch t {
 		case virtq.Walk:
-			w.unfill(h, nbufs)
+			w.unspan(h, nbufs)
 			q.Unpop(1)
 			return fillWalk
 		case virtq.Broken:
-			w.unfill(h, nbufs)
+			w.unspan(h, nbufs)
 			w.breakHeld(virtq.ErrHeadOutOfRange)
 			return fillBroken
 		}
 		h.avail--
 		m := copy(buf, frame[k:])
-		s.used[nbufs] = usedElem{head: head, len: uint32(m)}
+		q.Push(head, uint32(m))
 		nbufs++
 		k += m
 	}
@@ -132,12 +134,15 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	if dhdr >= 12 {
 		first[10], first[11] = byte(nbufs), byte(nbufs>>8)
 	}
-	for i := range nbufs {
-		q.Push(s.used[i].head, s.used[i].len)
-	}
 	h.frames++
 	h.bytes += uint64(len(frame))
 	return fillDone
+}
+
+// unspan gives back the last n buffers putSpan took and pushed.
+func (w *worker) unspan(h *rxHold, n int) {
+	h.q.Unpush(n)
+	w.unfill(h, n)
 }
 
 // refill re-reads how many chains the held ring's guest made available:
