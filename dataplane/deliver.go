@@ -50,6 +50,9 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 			h.avail--
 			copy(buf[dhdr:], frame)
 			s.putHdr(buf, dhdr)
+			if h.logging { // live migration: the frontend resends what we wrote
+				q.LogWritten(buf[:dhdr+len(frame)])
+			}
 			q.Push(head, uint32(dhdr+len(frame)))
 			h.frames++
 			h.bytes += uint64(len(frame))
@@ -97,7 +100,8 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	// Each buffer's used element is written as it fills (invisible until
 	// the hold publishes); a frame that does not fit takes them back.
 	k := copy(first[dhdr:], frame)
-	q.Push(head, uint32(dhdr+k))
+	firstLen := dhdr + k
+	q.Push(head, uint32(firstLen))
 	nbufs := 1
 	for k < len(frame) {
 		if nbufs == maxMergeBufs {
@@ -126,6 +130,9 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 		}
 		h.avail--
 		m := copy(buf, frame[k:])
+		if h.logging {
+			q.LogWritten(buf[:m])
+		}
 		q.Push(head, uint32(m))
 		nbufs++
 		k += m
@@ -133,6 +140,9 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	s.putHdr(first, dhdr)
 	if dhdr >= 12 {
 		first[10], first[11] = byte(nbufs), byte(nbufs>>8)
+	}
+	if h.logging {
+		q.LogWritten(first[:firstLen])
 	}
 	h.frames++
 	h.bytes += uint64(len(frame))

@@ -62,6 +62,7 @@ type rxHold struct {
 	port      *port  // v's port: a stopped ring is no longer offered to flows
 	hdrLen    int    // v's virtio-net header length
 	mergeable bool   // v's guest takes frames spanning several chains
+	logging   bool   // v's queue marks what is written into it (live migration)
 	avail     int    // chains known to be available and not yet taken; re-read at 0
 	frames    uint64 // frames pushed and not yet published
 	bytes     uint64
@@ -545,7 +546,7 @@ func (w *worker) holdRX(rv *netdev.Vring, dst *port) *rxHold {
 		rv.Unlock()
 		return nil
 	}
-	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable()}
+	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable(), logging: q.Logging()}
 	return h
 }
 

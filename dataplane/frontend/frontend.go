@@ -455,6 +455,30 @@ func (f *Frontend) CtrlGet(req vhostuser.Request, payload []byte) ([]byte, error
 	return f.get(req, payload)
 }
 
+// SetLogBase sends SET_LOG_BASE with the dirty log's fd (LOG_SHMFD), as
+// QEMU does when a migration starts, and waits for the backend's reply:
+// an empty one, or with REPLY_ACK a NACK (a refused log). fd is not closed.
+func (f *Frontend) SetLogBase(fd int, size, offset uint64) error {
+	f.ctl.Lock()
+	defer f.ctl.Unlock()
+	var flags uint32
+	if f.replyAck {
+		flags = vhostuser.FlagNeedReply
+	}
+	req := vhostuser.ReqSetLogBase
+	if err := f.conn.WriteMessage(req, flags, vhostuser.LogDesc{Size: size, Offset: offset}.Encode(nil), []int{fd}); err != nil {
+		return err
+	}
+	p, err := f.readReply(req)
+	if err != nil {
+		return err
+	}
+	if len(p) == vhostuser.U64Size && leU64(p) != 0 {
+		return &NackError{Request: req, Status: leU64(p)}
+	}
+	return nil
+}
+
 // SetVringEnable sends SET_VRING_ENABLE.
 func (f *Frontend) SetVringEnable(vring int, on bool) error {
 	if vring < 0 || vring >= len(f.rings) {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -172,6 +173,25 @@ func (t *Table) regionGPA(gpa uint64) *Region {
 		return rs[i]
 	}
 	return nil
+}
+
+// GPAOf returns the guest physical address of b's first byte, which must
+// be memory of one of t's regions (a buffer a translation returned).
+func (t *Table) GPAOf(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for _, r := range t.Regions() {
+		if len(r.data) == 0 {
+			continue
+		}
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(r.data)))
+		if p >= base && p-base < uintptr(len(r.data)) {
+			return r.GPA + uint64(p-base), true
+		}
+	}
+	return 0, false
 }
 
 // Region returns the region holding gpa, or nil.

@@ -129,8 +129,8 @@ func (p *Port) dispatch(m *vhostuser.Message) (reply []byte, hasReply bool, err 
 		if err != nil {
 			return nil, false, err
 		}
-		if a.Flags&vhostuser.VringAddrFlagLog != 0 {
-			return nil, false, failed("vring %d: used-ring logging requested, but LOG_ALL is not offered", a.Index)
+		if a.Flags&^vhostuser.VringAddrFlagLog != 0 {
+			return nil, false, malformed(m, fmt.Errorf("vring %d: unknown address flags %#x", a.Index, a.Flags))
 		}
 		v.mu.Lock()
 		v.addr, v.addrSet = a, true
@@ -139,6 +139,22 @@ func (p *Port) dispatch(m *vhostuser.Message) (reply []byte, hasReply bool, err 
 		return nil, false, nil
 	case vhostuser.ReqSetVringKick, vhostuser.ReqSetVringCall, vhostuser.ReqSetVringErr:
 		return nil, false, p.setVringFD(m)
+	case vhostuser.ReqSetLogBase:
+		if err := p.needProtocol(m, vhostuser.ProtoLogSHMFD); err != nil {
+			return nil, false, err
+		}
+		// The frontend waits for a reply (spec: LOG_SHMFD). A log that
+		// cannot be mapped is refused: a NACK with REPLY_ACK, else the
+		// session ends (running on unlogged would corrupt the migration).
+		if err := p.setLogBase(m); err != nil {
+			return nil, false, err
+		}
+		return nil, true, nil
+	case vhostuser.ReqSetLogFD:
+		// The log's "I wrote" notification; this backend never needs to
+		// say more than the log itself does.
+		m.CloseFDs()
+		return nil, false, nil
 	case vhostuser.ReqSendRARP:
 		if err := p.needProtocol(m, vhostuser.ProtoRARP); err != nil {
 			return nil, false, err
@@ -182,6 +198,35 @@ func (p *Port) dispatch(m *vhostuser.Message) (reply []byte, hasReply bool, err 
 		return u64(uint64(p.ctl.status)), true, nil
 	}
 	return nil, false, malformed(m, errors.New("request not supported by this backend"))
+}
+
+// setLogBase maps the dirty log QEMU hands over when a migration starts
+// (or resizes it) and gives every ring the new one; the old log is unmapped
+// once no ring can touch it.
+func (p *Port) setLogBase(m *vhostuser.Message) error {
+	lg, err := vhostuser.DecodeLog(m.Payload)
+	if err != nil {
+		return malformed(m, err)
+	}
+	fd := m.TakeFD(0)
+	if fd < 0 {
+		return malformed(m, errors.New("SET_LOG_BASE without the log's file descriptor"))
+	}
+	defer unix.Close(fd)
+	l, err := guestmem.MapLog(fd, lg.Size, lg.Offset)
+	if err != nil {
+		return failed("SET_LOG_BASE: %v", err)
+	}
+	p.lockAll()
+	old := p.ctl.log
+	p.ctl.log = l
+	for _, v := range p.vrings {
+		p.setLog(v)
+	}
+	p.unlockAll()
+	old.Unmap()
+	p.log.Info("dirty-page log mapped (live migration)", "bytes", lg.Size, "pages", l.Pages())
+	return nil
 }
 
 func (p *Port) setFeatures(m *vhostuser.Message) error {

@@ -107,7 +107,7 @@ type Hooks struct {
 // not change).
 const OfferedFeatures uint64 = 1<<virtio.FVersion1 | 1<<virtio.FIndirectDesc | 1<<virtio.FEventIdx |
 	1<<virtio.NetFMrgRxbuf | 1<<virtio.NetFMQ | 1<<virtio.NetFMTU | 1<<virtio.NetFGuestAnnounce |
-	1<<vhostuser.FeatureProtocolFeatures | OffloadFeatures
+	1<<vhostuser.FeatureProtocolFeatures | 1<<vhostuser.FeatureLogAll | OffloadFeatures
 
 // OffloadFeatures are the checksum and segmentation offloads offered, both
 // ways: a guest may send partial checksums and GSO frames up to 64 KiB
@@ -123,7 +123,7 @@ const OffloadFeatures uint64 = 1<<virtio.NetFCsum | 1<<virtio.NetFGuestCsum |
 // OfferedProtocolFeatures are the vhost-user protocol features offered.
 const OfferedProtocolFeatures uint64 = 1<<vhostuser.ProtoMQ | 1<<vhostuser.ProtoReplyAck |
 	1<<vhostuser.ProtoConfigureMemSlots | 1<<vhostuser.ProtoNetMTU | 1<<vhostuser.ProtoRARP |
-	1<<vhostuser.ProtoStatus
+	1<<vhostuser.ProtoStatus | 1<<vhostuser.ProtoLogSHMFD
 
 // Port is one vhost-user net device.
 type Port struct {
@@ -140,6 +140,7 @@ type Port struct {
 		featuresSet bool
 		protocol    uint64
 		mem         *guestmem.Table
+		log         *guestmem.Log // SET_LOG_BASE's dirty log (live migration)
 		status      uint8
 		conn        *vhostuser.Conn
 	}
@@ -472,10 +473,11 @@ func (p *Port) reset() {
 		v.addr = vhostuser.VringAddr{}
 		p.changed(v)
 	}
-	old := p.ctl.mem
-	p.ctl.mem = nil
+	old, oldLog := p.ctl.mem, p.ctl.log
+	p.ctl.mem, p.ctl.log = nil, nil
 	p.unlockAll()
 	old.Unmap()
+	oldLog.Unmap()
 	p.ctl.features, p.ctl.featuresSet, p.ctl.protocol, p.ctl.status = 0, false, 0, 0
 	p.rxCaps.Store(0)
 	p.mtu.Store(int32(p.cfg.MTU))
@@ -539,7 +541,23 @@ func (p *Port) rebuild(v *Vring) {
 		// (dataplane/uplink.go): spare the guest the kicks.
 		v.q.SetNotify(false)
 	}
+	p.setLog(v)
 	p.changed(v)
+}
+
+// setLog turns dirty-page logging on for v's queue while LOG_ALL is
+// negotiated and a log is mapped (live migration), off otherwise; the
+// used ring is logged when SET_VRING_ADDR asked for it. Caller holds
+// ctl and v's lock.
+func (p *Port) setLog(v *Vring) {
+	if v.q == nil {
+		return
+	}
+	if p.ctl.features&(1<<vhostuser.FeatureLogAll) == 0 || p.ctl.log == nil {
+		v.q.SetLog(nil, false, 0)
+		return
+	}
+	v.q.SetLog(p.ctl.log, v.addr.Flags&vhostuser.VringAddrFlagLog != 0, v.addr.Log)
 }
 
 func isEOF(err error) bool {

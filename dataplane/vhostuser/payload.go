@@ -165,3 +165,27 @@ func EncodeSingleRegion(b []byte, r MemRegion) []byte {
 	b = le.AppendUint64(b, 0)
 	return r.Encode(b)
 }
+
+// LogDesc is the payload of SET_LOG_BASE when LOG_SHMFD is negotiated
+// (spec "Log description"): where the dirty log lies in the fd sent along.
+type LogDesc struct {
+	Size   uint64 // mmap_size
+	Offset uint64 // mmap_offset
+}
+
+// LogDescSize is the wire size of LogDesc.
+const LogDescSize = 16
+
+// DecodeLog decodes a SET_LOG_BASE payload.
+func DecodeLog(p []byte) (LogDesc, error) {
+	if err := wantSize(p, LogDescSize); err != nil {
+		return LogDesc{}, err
+	}
+	return LogDesc{Size: le.Uint64(p), Offset: le.Uint64(p[8:])}, nil
+}
+
+// Encode appends the wire form of l.
+func (l LogDesc) Encode(b []byte) []byte {
+	b = le.AppendUint64(b, l.Size)
+	return le.AppendUint64(b, l.Offset)
+}

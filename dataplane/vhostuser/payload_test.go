@@ -157,6 +157,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(EncodeSingleRegion(nil, region(0x100000, 0x1000, 0x7f0000100000, 0x100000)))
 	f.Add(VringAddr{Index: 1, Desc: 0x1000, Used: 0x3000, Avail: 0x2000}.Encode(nil))
 	f.Add(VringState{Index: 2, Num: 256}.Encode(nil))
+	f.Add(LogDesc{Size: 0x2000, Offset: 0}.Encode(nil))
 	f.Add(u64(VringNoFD | 3))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -188,6 +189,11 @@ func FuzzDecode(f *testing.F) {
 		if a, err := DecodeVringAddr(p); err == nil {
 			if !bytes.Equal(a.Encode(nil), p) {
 				t.Fatalf("DecodeVringAddr round trip differs")
+			}
+		}
+		if l, err := DecodeLog(p); err == nil {
+			if len(p) != LogDescSize || !bytes.Equal(l.Encode(nil), p) {
+				t.Fatalf("DecodeLog round trip differs")
 			}
 		}
 		if s, err := DecodeVringState(p); err == nil {

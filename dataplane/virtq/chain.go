@@ -203,10 +203,12 @@ func (r *Reader) Segment() []byte {
 type Writer struct {
 	c   Chain
 	seg []byte
+	q   *Queue // for dirty-page logging (log.go)
+	gpa uint64 // the guest address of seg, while logging
 }
 
 // NewWriter starts writing the chain at head.
-func (q *Queue) NewWriter(head uint16) Writer { return Writer{c: q.Chain(head)} }
+func (q *Queue) NewWriter(head uint16) Writer { return Writer{c: q.Chain(head), q: q} }
 
 // Err returns the chain's error, if the walk hit one.
 func (w *Writer) Err() error { return w.c.err }
@@ -224,6 +226,7 @@ func (w *Writer) fill() bool {
 			return w.c.fail(ErrNotWritable)
 		}
 		w.seg = b
+		w.gpa = w.c.addr - uint64(len(b)) // Next moved addr past b
 	}
 	return true
 }
@@ -233,7 +236,7 @@ func (w *Writer) Write(p []byte) int {
 	n := 0
 	for n < len(p) && w.ready() {
 		k := copy(w.seg, p[n:])
-		w.seg = w.seg[k:]
+		w.wrote(k)
 		n += k
 	}
 	return n
@@ -244,11 +247,21 @@ func (w *Writer) CopyFrom(r *Reader, max int) int {
 	n := 0
 	for n < max && w.ready() && r.ready() {
 		k := copy(w.seg[:min(len(w.seg), max-n)], r.seg)
-		w.seg = w.seg[k:]
+		w.wrote(k)
 		r.seg = r.seg[k:]
 		n += k
 	}
 	return n
+}
+
+// wrote consumes k bytes of seg that were just written, marking them in
+// the dirty log while the queue logs.
+func (w *Writer) wrote(k int) {
+	if w.q != nil && w.q.lg.on {
+		w.q.logGPA(w.gpa, uint64(k))
+	}
+	w.seg = w.seg[k:]
+	w.gpa += uint64(k)
 }
 
 // Full reports whether the chain has no writable room left.
@@ -260,6 +273,7 @@ func (w *Writer) Skip(n int) int {
 	for done < n && w.ready() {
 		k := min(n-done, len(w.seg))
 		w.seg = w.seg[k:]
+		w.gpa += uint64(k)
 		done += k
 	}
 	return done

@@ -55,6 +55,7 @@ type Queue struct {
 	feat  Features
 	cur   guestmem.Cursor // last region hit by this queue's chains
 	v     ringViews       // typed rings and the direct path's region (direct.go)
+	lg    queueLog        // dirty-page logging during live migration (log.go)
 
 	lastAvail      uint16 // next available ring entry to take
 	usedIdx        uint16 // shadow of used.idx, published by Publish
@@ -160,6 +161,9 @@ func (q *Queue) Unpush(n int) { q.usedIdx -= uint16(n) }
 // is a full fence.
 func (q *Queue) Publish() {
 	storeRelease32(q.used, 0, uint32(q.usedFlags)|uint32(q.usedIdx)<<16)
+	if q.lg.on {
+		q.logPublished()
+	}
 }
 
 // NeedsCall decides, after Publish, whether the driver wants an interrupt
@@ -189,6 +193,9 @@ func (q *Queue) SetNotify(enable bool) (more bool) {
 			return false // a stale avail_event already suppresses kicks
 		}
 		store16(q.used, 4+virtio.UsedElemSize*int(q.size), q.lastAvail)
+		if q.lg.on {
+			q.logUsedRing(4+virtio.UsedElemSize*uint64(q.size), 2)
+		}
 	} else {
 		if enable {
 			q.usedFlags &^= virtio.UsedFNoNotify
