@@ -204,3 +204,51 @@ func TestDirtyLogRefused(t *testing.T) {
 	}
 	r.exchange(t, 4, false) // still forwarding
 }
+
+// TestMigrationTwoPortsOneMAC: during a migration the source port and the
+// target port carry the same MAC. Frames go to the source until the
+// target announces (QEMU's SEND_RARP when the guest cannot announce
+// itself), then only to the target; removing the source port afterwards
+// leaves the target's entry alone.
+func TestMigrationTwoPortsOneMAC(t *testing.T) {
+	d := newDataplane(t)
+	proto := frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoRARP
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{})
+	src := dial(t, addPort(t, d, "src", netdev.RoleServer, 1), frontend.Config{})
+	learn(t, a, src, 1)
+	dst := dial(t, addPort(t, d, "dst", netdev.RoleServer, 1), frontend.Config{ProtocolFeatures: proto})
+	dst.RecvAll(0, 100*time.Millisecond)
+	send := func(tag string) {
+		t.Helper()
+		if err := a.Send(0, udpFrame(macB, macA, 1, 9, []byte(tag))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recvOnly := func(to, not *frontend.Frontend, tag string) {
+		t.Helper()
+		got, err := to.Recv(0, 2*time.Second)
+		if err != nil || string(got[42:]) != tag {
+			t.Fatalf("%s: got %q, %v", tag, got, err)
+		}
+		if got, err := not.Recv(0, 50*time.Millisecond); err == nil {
+			t.Fatalf("%s: the other port got %q too", tag, got)
+		}
+	}
+	send("before the announce")
+	recvOnly(src, dst, "before the announce")
+	// the target announces macB (8 bytes: the MAC, then padding)
+	rarp := append(append([]byte{}, macB[:]...), 0, 0)
+	if err := dst.Ctrl(vhostuser.ReqSendRARP, rarp, nil); err != nil {
+		t.Fatal(err)
+	}
+	send("after the announce")
+	recvOnly(dst, src, "after the announce")
+	if err := d.RemovePort("src"); err != nil {
+		t.Fatal(err)
+	}
+	send("after the source left")
+	got, err := dst.Recv(0, 2*time.Second)
+	if err != nil || string(got[42:]) != "after the source left" {
+		t.Fatalf("after the source port was removed: %q, %v", got, err)
+	}
+}
