@@ -45,6 +45,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/image.sh
 	hack/bench/run.sh --smoke
 	hack/bench/flows.sh --smoke
+	hack/bench/instructions.sh --smoke --budget hack/bench/instructions-budget.tsv
 
 .PHONY: test-cluster
 test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
@@ -61,15 +62,17 @@ soak: build ## QEMU guests changing their queue counts under iperf3, DPDK fronte
 	hack/soak.sh --duration $(or $(SOAK_SECONDS),1800)
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
 	hack/bench/flows.sh $(if $(findstring --smoke,$(BENCH_ARGS)),--smoke) $(FLOWS_ARGS)
+	hack/bench/instructions.sh
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 	$(GO) run ./hack/bench/wakeup
 
 .PHONY: bench-instructions
 bench-instructions: ## Callgrind instructions per frame: vhostmq's per-frame path (worker.pass) vs DPDK's vhost backend (testpmd's forwarding lcore) on the same frames, and their ratio (hack/bench/instructions.sh; INSTR_ARGS, e.g. --smoke, --no-dpdk, --paths, --budget FILE)
+	hack/install-deps.sh --no-kernel
 	hack/bench/instructions.sh $(INSTR_ARGS)
 
 .PHONY: fuzz

@@ -50,7 +50,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(qemu-system-x86 busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
-    libvirt-clients libxml2-utils containernetworking-plugins podman runc curl)
+    libvirt-clients libxml2-utils containernetworking-plugins podman runc curl
+    valgrind) # valgrind: callgrind instruction counts per frame (hack/bench/instructions.sh)
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
