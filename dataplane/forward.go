@@ -247,6 +247,11 @@ func (w *worker) txDirect(b *txBurst, head uint16, frame []byte) frameOutcome {
 			b.lastTo, _ = b.a.macs.Lookup(src.net.macs, dst)
 		}
 		b.lastDst = dst
+		if b.lastTo != nil && b.lastTo.up != nil {
+			// the uplink, attached since the burst began: its frames walk
+			b.lastDst, b.lastTo = noKey, nil
+			return w.txWalk(b, head)
+		}
 	}
 	to := b.lastTo
 	// The flow hash picks among a destination's pairs and records the
