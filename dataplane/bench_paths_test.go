@@ -103,27 +103,58 @@ type pathRig struct {
 
 // newPathRig: port "a" alone (frames to an unknown unicast address: no
 // destination, dropped after the dequeue, as the g2h benchmark's) or a→b
-// (rxCfg != nil: every frame copied into b's RX ring).
+// (rxCfg != nil: every frame copied into b's RX ring). The only worker is
+// stopped before the ports exist and every pass is the rig's own, so that
+// a callgrind count of worker.pass (hack/bench/instructions.sh) holds
+// nothing but the passes the test drives: no idle passes whose number
+// depends on timing.
 func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
-	d := newDataplane(tb)
+	// One worker (no other worker's idle passes), no watchdog (its
+	// TryLock on a ring would make a pass spin on the ring's mutex).
+	d, err := New(Config{CPUs: []int{0}, Logger: testLogger(tb), Watchdog: WatchdogConfig{Bound: -1}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(d.Close)
+	r := &pathRig{w: d.workers[0]}
+	r.w.stopping.Store(true)
+	r.w.wake()
+	<-r.w.done
 	cfg := frontend.Config{QueueSize: 1024, RxPoll: true, TxBufSize: 2048}
-	r := &pathRig{tx: dial(tb, addPort(tb, d, "a", netdev.RoleServer, 1), cfg)}
+	r.tx = dial(tb, addPort(tb, d, "a", netdev.RoleServer, 1), cfg)
 	dst := [6]byte{0x02, 0, 0, 0, 0, 0x99} // nobody
 	if rxCfg != nil {
 		c := *rxCfg
 		c.QueueSize, c.RxPoll = 1024, true
 		r.rx = dial(tb, addPort(tb, d, "b", netdev.RoleServer, 1), c)
-		learn(tb, r.tx, r.rx, 1)
+		r.learn(tb, r.tx, r.rx, macA)
+		r.learn(tb, r.rx, r.tx, macB)
 		dst = macB
 	}
-	r.w = d.workers[0]
-	r.w.stopping.Store(true)
-	r.w.wake()
-	<-r.w.done
 	for i := range burstSize {
 		r.frames = append(r.frames, udpFrame(dst, macA, uint16(i), 9, make([]byte, size-42)))
 	}
 	return r
+}
+
+// learn has from's guest broadcast from mac and runs passes until to's
+// guest got it: the switch then knows mac.
+func (r *pathRig) learn(tb testing.TB, from, to *frontend.Frontend, mac [6]byte) {
+	tb.Helper()
+	if err := from.Send(0, broadcastFrom(mac)); err != nil {
+		tb.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		r.w.pass()
+		if fr, err := to.Recv(0, time.Millisecond); err == nil {
+			if [6]byte(fr[6:12]) != mac {
+				tb.Fatalf("got a frame from %x, want one from %x", fr[6:12], mac)
+			}
+			from.ReclaimTx(0)
+			return
+		}
+	}
+	tb.Fatalf("the broadcast from %x did not arrive", mac)
 }
 
 // burst queues 32 frames, runs one pass and returns its wall and CPU time.
