@@ -220,30 +220,6 @@ pair_mem() { # memory mode of the next dpdk/vhostmq pair
         auto) if (($(vmq_free_hugepages) * 2 >= 2 * (DPDK_MB + 64))); then echo huge; else echo nohuge; fi ;;
     esac
 }
-# link_up PREFIX NPORTS SECONDS: wait until every port of a testpmd reports link up
-link_up() {
-    "$VMQ_PY" - "$@" <<'PY'
-import json, socket, sys, time
-prefix, n, end = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
-while time.monotonic() < end:
-    try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        s.settimeout(2)
-        s.connect("/var/run/dpdk/%s/dpdk_telemetry.v2" % prefix)
-        s.recv(1 << 16)
-        up = 0
-        for i in range(n):
-            s.send(("/ethdev/link_status,%d" % i).encode())
-            up += json.loads(s.recv(1 << 16).decode())["/ethdev/link_status"].get("status") == "UP"
-        s.close()
-        if up == n:
-            sys.exit(0)
-    except (OSError, ValueError, KeyError):
-        pass
-    time.sleep(0.1)
-sys.exit(1)
-PY
-}
 # src_drop_pct LOG: TX-dropped / TX-total (%) in the last "Accumulated
 # forward statistics" block testpmd printed (at stop or exit)
 src_drop_pct() {
