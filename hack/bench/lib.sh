@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Process and DPDK helpers run.sh and flows.sh share (sourced after ../lib.sh).
+# Process and DPDK helpers run.sh, flows.sh and instructions.sh share (sourced after ../lib.sh).
 
 # untrack PID: forget a process once it is reaped, so that the exit trap
 # never signals a recycled PID
