@@ -1,23 +1,7 @@
 package guestmem
 
-import (
-	"testing"
+import "testing"
 
-	"golang.org/x/sys/unix"
-)
-
-func logFile(t *testing.T, size int64) int {
-	t.Helper()
-	fd, err := unix.MemfdCreate("log", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	return fd
-}
 
 // pagesSet lists the set bits of the log.
 func pagesSet(l *Log) []uint64 {
@@ -33,7 +17,7 @@ func pagesSet(l *Log) []uint64 {
 }
 
 func TestLogMarksExactlyTheWrittenPages(t *testing.T) {
-	l, err := MapLog(logFile(t, 4096), 64, 0) // 512 pages: 2 MiB of guest memory
+	l, err := MapLog(memfd(t, 4096), 64, 0) // 512 pages: 2 MiB of guest memory
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +55,7 @@ func TestLogMarksExactlyTheWrittenPages(t *testing.T) {
 
 // TestLogCacheFlushesWhenFull: more words than the cache holds lose none.
 func TestLogCacheFlushesWhenFull(t *testing.T) {
-	l, err := MapLog(logFile(t, 8192), 8192, 0)
+	l, err := MapLog(memfd(t, 8192), 8192, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +71,7 @@ func TestLogCacheFlushesWhenFull(t *testing.T) {
 }
 
 func TestMapLogRefuses(t *testing.T) {
-	fd := logFile(t, 4096)
+	fd := memfd(t, 4096)
 	for _, c := range []struct {
 		name         string
 		size, offset uint64
