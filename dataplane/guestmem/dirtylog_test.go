@@ -2,7 +2,6 @@ package guestmem
 
 import "testing"
 
-
 // pagesSet lists the set bits of the log.
 func pagesSet(l *Log) []uint64 {
 	var out []uint64
