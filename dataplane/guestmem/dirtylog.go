@@ -73,13 +73,6 @@ func (l *Log) Pages() uint64 { return uint64(len(l.words)) * 64 }
 // or sets bits in word i (< len(l.words): LogCache.Mark clamps).
 func (l *Log) or(i, bits uint64) { atomic.OrUint64(&l.words[i], bits) }
 
-// Mark marks every page of [gpa, gpa+n) at once (n > 0).
-func (l *Log) Mark(gpa, n uint64) {
-	c := LogCache{log: l}
-	c.Mark(gpa, n)
-	c.Flush()
-}
-
 // LogCache gathers a burst's dirty pages as 64-page words, so that a
 // burst costs one atomic OR per word it touched (DPDK's vhost log cache
 // does the same); it is flushed before the burst's used index is
@@ -96,9 +89,6 @@ const logCacheSize = 32
 
 // NewLogCache returns an empty cache for l.
 func NewLogCache(l *Log) LogCache { return LogCache{log: l} }
-
-// Log returns the log the cache writes to.
-func (c *LogCache) Log() *Log { return c.log }
 
 // Mark records that [gpa, gpa+n) was written (n > 0).
 func (c *LogCache) Mark(gpa, n uint64) {

@@ -46,7 +46,8 @@ func TestLogMarksExactlyTheWrittenPages(t *testing.T) {
 	// A bit QEMU cleared meanwhile is set again by the next write, others
 	// QEMU set stay (OR, not store).
 	l.words[0] = 1 << 40
-	l.Mark(0x1000, 1)
+	c.Mark(0x1000, 1)
+	c.Flush()
 	if l.words[0] != 1<<40|1<<1 {
 		t.Fatalf("word 0 = %#x", l.words[0])
 	}
