@@ -79,16 +79,28 @@ type scratch struct {
 	nt      int
 	rx      rxHold
 	b       txBurst // the burst being served
+	// The chains a burst gathered (virtq.GatherTX), what classify planned
+	// for each, and the destinations the plans name (one entry per
+	// destination and gather: no pointer is stored per frame).
+	frames [burstSize]virtq.TXFrame
+	plan   [burstSize]txPlan
+	dsts   [burstSize]*port
+	nd     int
+	rxb    [4 * burstSize]virtq.RXBuf // the RX buffers a run of frames to one guest took (unicastRun)
+	// The gather being served: frames[cur] is the chain in hand, the k-1-cur
+	// after it are taken and not yet served (given back after a fault);
+	// frames[0] was at avail index base.
+	cur, k int
+	base   uint16
 	// inRX says that the guest memory being touched is the held RX
 	// vring's (rx.v): a fault now is blamed on it, else on the TX vring
 	// being served. A flag, not a pointer, because it changes per frame.
 	inRX   bool
 	blamed *netdev.Vring // the held RX vring, kept by unlockBurst when a fault in its memory ends the burst
 	start  int64         // wall clock at the start of the last burst that had work
-	txHead uint16        // the TX chain in hand (taken, not yet returned)
 	a      *assignment   // the pair whose TX ring is being served (hold.go)
 	txq    *virtq.Queue  // its queue
-	first  uint16        // its LastAvail when the burst began: the held frame, if any, is the one after
+	first  uint16        // its LastAvail when the burst began: the held frame, if any, is the chain there
 	held   bool          // forward held the frame in hand: give the chain back, end the burst
 }
 
@@ -115,8 +127,9 @@ type txBurst struct {
 	alone     bool   // src is its network's only port, and there is no uplink: nowhere to flood
 	dhcp      bool   // src's DHCP client frames are answered here
 	lastSmac  uint64 // the source last learned (a Key; never a real one at first)
-	lastDst   uint64 // the destination last looked up (a Key), and its port
+	lastDst   uint64 // the destination last looked up (a Key), its port and its index in scratch.dsts
 	lastTo    *port
+	lastIdx   uint8
 
 	pkts, bytes, runts, oversize, nodest, disabled, badOffload uint64
 }
@@ -175,27 +188,21 @@ func (w *worker) serveTX(a *assignment) bool {
 	// A frame held for a full destination (hold.go) is the first chain of
 	// the next burst; it ends the burst it was held in.
 	s.a, s.txq, s.first = a, q, q.LastAvail()
-	wasHolding, heldAt := a.hold.rv != nil, -1
-	for k := range n {
-		head, lead, frame, t := q.PopTX(b.hdrLen)
-		if t == virtq.Broken {
+	wasHolding := a.hold.rv != nil
+	out := frameDone
+	for left := n; left > 0 && out == frameDone; {
+		k, broken := q.GatherTX(b.hdrLen, s.frames[:left])
+		if k > 0 {
+			w.classify(b, k)
+			out = w.switchGathered(b, k)
+			left -= k
+		}
+		if broken && out == frameDone {
 			w.breakVring(v, virtq.ErrHeadOutOfRange)
 			break
 		}
-		s.txHead = head
-		var out frameOutcome
-		if t == virtq.Direct && lead == 0 && b.direct {
-			out = w.txDirect(b, head, frame)
-		} else {
-			out = w.txWalk(b, head)
-		}
-		if out == frameHeld {
-			heldAt = k
-		}
-		if out != frameDone {
-			break
-		}
 	}
+	heldFirst := out == frameHeld && s.inHandFirst()
 	s.a, s.txq = nil, nil
 	if s.held {
 		s.held = false
@@ -216,80 +223,323 @@ func (w *worker) serveTX(a *assignment) bool {
 		c.DropDisable.Add(b.disabled)
 	}
 	b.a, b.src, b.v, b.q, b.lastTo = nil, nil, nil, nil, nil
+	clear(s.dsts[:s.nd])
 	w.callTouched()
-	return heldAt != 0 // a burst that only held its first frame moved nothing
+	return !heldFirst // a burst that only held its first frame moved nothing
 }
 
-// txDirect switches one frame of a direct TX chain, frame being its bytes
-// in the source guest's memory (which the guest may rewrite meanwhile:
-// every value that decides anything is read once).
-func (w *worker) txDirect(b *txBurst, head uint16, frame []byte) frameOutcome {
+// txAct is what classify decided for a gathered frame.
+type txAct uint8
+
+const (
+	actWalk     txAct = iota // the walker serves it (txWalk)
+	actRunt                  // shorter than an Ethernet header: dropped
+	actOversize              // longer than the MTU allows: dropped
+	actNoDest                // switched, but nowhere to go: counted
+	actFlood                 // unknown or multicast destination
+	actUnicast               // to scratch.dsts[dst]
+)
+
+// txPlan is classify's decision for one gathered frame, with the values
+// of the frame it was made from (read once: the guest may rewrite them).
+type txPlan struct {
+	smac uint64 // the source address (a Key)
+	hash uint32 // the flow hash, where a port has several pairs
+	dst  uint8
+	act  txAct
+}
+
+// classify plans the k gathered frames, reading their headers back to
+// back: a direct chain without offload metadata is switched from the
+// guest's buffer (txDirect), anything else walks (txWalk). Frames of a
+// burst mostly go to one destination: it is looked up once (through the
+// pair's cache) until another one comes.
+func (w *worker) classify(b *txBurst, k int) {
+	s := &w.s
 	q, src := b.q, b.src
-	n := len(frame)
-	if n < ethHeader || n > b.maxFrame {
-		q.Push(head, 0)
-		if n < ethHeader {
-			b.runts++
-		} else {
-			b.oversize++
+	s.nd, b.lastDst = 0, noKey
+	plan, frames := s.plan[:k], s.frames[:k]
+	if !b.direct {
+		for i := range plan {
+			plan[i].act = actWalk
 		}
+		return
+	}
+	maxFrame, dhcpHere, multiPair, alone := b.maxFrame, b.dhcp, b.multiPair, b.alone
+	for i := range plan {
+		f, p := &frames[i], &plan[i]
+		if f.Kind != virtq.Direct {
+			p.act = actWalk
+			continue
+		}
+		frame := q.Frame(f)
+		if n := len(frame); n < ethHeader || n > maxFrame {
+			p.act = actRunt
+			if n >= ethHeader {
+				p.act = actOversize
+			}
+			continue
+		}
+		dst := vswitch.Key(frame[0:6])
+		p.smac = vswitch.Key(frame[6:12])
+		if dhcpHere && dhcp.IsClientFrame(frame) {
+			p.act = actWalk // answered here (local.go)
+			continue
+		}
+		if dst != b.lastDst {
+			var to *port
+			if !vswitch.KeyIsMulticast(dst) {
+				to, _ = b.a.macs.Lookup(src.net.macs, dst)
+			}
+			if to != nil && to.up != nil {
+				p.act = actWalk // the uplink, attached since the burst began: its frames walk
+				continue
+			}
+			b.lastDst, b.lastTo = dst, to
+			if to != nil {
+				s.dsts[s.nd], b.lastIdx = to, uint8(s.nd)
+				s.nd++
+			}
+		}
+		to := b.lastTo
+		// The flow hash picks among a destination's pairs and records the
+		// source's; a port with one pair needs neither.
+		p.hash = 0
+		if multiPair || (to != nil && len(to.rxReady) > 1) {
+			p.hash = vswitch.FlowHash(frame)
+		}
+		switch {
+		case to == src || (to == nil && alone):
+			p.act = actNoDest // a hairpin we do not do, or no other port
+		case to == nil:
+			p.act = actFlood
+		default:
+			p.act, p.dst = actUnicast, b.lastIdx
+		}
+	}
+}
+
+// switchGathered serves the k planned frames in ring order. A frame held
+// for a full destination ends the burst: it and the chains after it are
+// given back untaken.
+func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
+	s := &w.s
+	q, src := b.q, b.src
+	// s.k is cleared on the normal returns only: after a fault,
+	// settleAfterFault finds the chains in hand through it.
+	s.base, s.k = q.LastAvail()-uint16(k), k
+	runs := true // a run that found no buffer to take is not tried again
+	frames, plan := s.frames[:k], s.plan[:k]
+	for i := 0; i < len(plan); i++ {
+		s.cur = i
+		f, p := &frames[i], &plan[i]
+		switch p.act {
+		case actNoDest:
+			b.nodest++
+		case actUnicast:
+			if runs {
+				n, tried := w.unicastRun(b, i, k)
+				if n > 0 {
+					i += n - 1
+					continue
+				}
+				runs = !tried
+			}
+			fallthrough
+		case actFlood:
+			if out := w.txDirect(b, f, p); out != frameDone {
+				q.Unpop(k - 1 - i)
+				s.k = 0
+				return out
+			}
+		case actWalk:
+			if out := w.txWalk(b, f.Head); out != frameDone {
+				q.Unpop(k - 1 - i)
+				s.k = 0
+				return out
+			}
+			continue
+		default: // a runt or oversize frame
+			q.Push(f.Head, 0)
+			if p.act == actRunt {
+				b.runts++
+			} else {
+				b.oversize++
+			}
+			continue
+		}
+		q.Push(f.Head, 0)
+		if p.smac != b.lastSmac {
+			b.learnMAC(w, p.smac)
+		}
+		if b.multiPair {
+			src.flows.Record(p.hash, b.a.pair)
+		}
+		b.pkts++
+		b.bytes += uint64(f.Len)
+	}
+	s.k = 0
+	return frameDone
+}
+
+// unicastRun delivers frames from i on that go to the port that the
+// burst's RX hold holds, when it has one pair: one look at how many
+// buffers its guest posted, the buffers taken back to back
+// (virtq.GatherRX), then one copy per frame. It stops at the first frame
+// that goes elsewhere, and at a buffer that is not one descriptor big
+// enough for the run's longest frame (the per-frame path, txDirect, takes
+// the rest), and returns how many frames it delivered and whether it
+// looked at the guest's buffers.
+func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
+	s := &w.s
+	h := &s.rx
+	d := s.plan[i].dst
+	to := s.dsts[d]
+	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 {
+		return 0, false // put holds (and refills) first
+	}
+	j, longest := i+1, s.frames[i].Len
+	for j < k && s.plan[j].act == actUnicast && s.plan[j].dst == d {
+		longest = max(longest, s.frames[j].Len)
+		j++
+	}
+	tq, rq, dhdr := b.q, h.q, h.hdrLen
+	s.inRX = true
+	// Only buffers that hold the run's longest frame are taken: a guest
+	// posting smaller ones gets frames spanning several (put).
+	got := rq.GatherRX(dhdr+int(longest), s.rxb[:min(j-i, h.avail)])
+	if got == 0 && h.mergeable {
+		n = w.spanRun(b, i, j)
+		s.inRX = false
+		return n, true
+	}
+	bytes := uint64(0)
+	for ; n < got; n++ {
+		s.cur = i + n
+		f, p, r := &s.frames[i+n], &s.plan[i+n], &s.rxb[n]
+		frame, buf := tq.Frame(f), rq.Buf(r)
+		if len(buf) < dhdr+len(frame) {
+			break
+		}
+		copy(buf[dhdr:], frame)
+		s.putHdr(buf, dhdr)
+		if h.logging { // live migration: the frontend resends what we wrote
+			rq.LogWritten(buf[:dhdr+len(frame)])
+		}
+		rq.Push(r.Head, uint32(dhdr+len(frame)))
+		tq.Push(f.Head, 0)
+		if p.smac != b.lastSmac {
+			b.learnMAC(w, p.smac)
+		}
+		if b.multiPair {
+			b.src.flows.Record(p.hash, b.a.pair)
+		}
+		bytes += uint64(f.Len)
+	}
+	// Cleared on a normal return only: after a fault in the destination's
+	// memory serveSafely must blame it, not the source ring.
+	s.inRX = false
+	rq.Unpop(got - n)
+	h.avail -= n
+	h.frames += uint64(n)
+	h.bytes += bytes
+	b.pkts += uint64(n)
+	b.bytes += bytes
+	if n > 0 && b.a.hold.stalled != nil {
+		b.a.delivered(to)
+	}
+	return n, true
+}
+
+// spanRun is unicastRun for a guest whose buffers are smaller than the
+// frames (MRG_RXBUF): each frame fills as many of the buffers taken back
+// to back as it needs, and its header says how many (num_buffers). It
+// stops at a frame the buffers taken cannot hold (put takes that one).
+func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
+	s := &w.s
+	h := &s.rx
+	tq, rq, dhdr := b.q, h.q, h.hdrLen
+	got := rq.GatherRX(1, s.rxb[:min(h.avail, len(s.rxb))])
+	bufs := s.rxb[:got]
+	used, bytes := 0, uint64(0)
+	for ; i+n < j; n++ {
+		s.cur = i + n
+		f, p := &s.frames[i+n], &s.plan[i+n]
+		frame := tq.Frame(f)
+		// the buffers this frame needs: the first holds the header
+		c, room := 0, -dhdr
+		for room < len(frame) && used+c < len(bufs) && c < maxMergeBufs {
+			room += int(bufs[used+c].Len)
+			c++
+		}
+		if room < len(frame) || c == 0 || int(bufs[used].Len) < dhdr {
+			break
+		}
+		first := rq.Buf(&bufs[used])
+		k := copy(first[dhdr:], frame)
+		if h.logging {
+			rq.LogWritten(first[:dhdr+k])
+		}
+		rq.Push(bufs[used].Head, uint32(dhdr+k))
+		for x := 1; x < c; x++ {
+			buf := rq.Buf(&bufs[used+x])
+			m := copy(buf, frame[k:])
+			if h.logging {
+				rq.LogWritten(buf[:m])
+			}
+			rq.Push(bufs[used+x].Head, uint32(m))
+			k += m
+		}
+		s.putHdr(first, dhdr)
+		if dhdr >= 12 {
+			first[10], first[11] = byte(c), byte(c>>8) // num_buffers
+		}
+		used += c
+		tq.Push(f.Head, 0)
+		if p.smac != b.lastSmac {
+			b.learnMAC(w, p.smac)
+		}
+		if b.multiPair {
+			b.src.flows.Record(p.hash, b.a.pair)
+		}
+		bytes += uint64(f.Len)
+	}
+	rq.Unpop(got - used)
+	h.avail -= used
+	h.frames += uint64(n)
+	h.bytes += bytes
+	b.pkts += uint64(n)
+	b.bytes += bytes
+	if n > 0 && b.a.hold.stalled != nil {
+		b.a.delivered(s.dsts[s.plan[i].dst])
+	}
+	return n
+}
+
+// inHandFirst reports whether the chain in hand is the burst's first.
+func (s *scratch) inHandFirst() bool { return s.base+uint16(s.cur) == s.first }
+
+// txDirect delivers one frame of a direct TX chain as classify planned it
+// (to one port or flooded), straight from the source guest's buffer.
+func (w *worker) txDirect(b *txBurst, f *virtq.TXFrame, p *txPlan) frameOutcome {
+	q := b.q
+	if p.act == actFlood {
+		w.flood(b.src, q.Frame(f), p.hash, b.multiPair)
 		return frameDone
 	}
-	dst, smac := vswitch.Key(frame[0:6]), vswitch.Key(frame[6:12])
-	if b.dhcp && dhcp.IsClientFrame(frame) {
-		return w.txWalk(b, head) // answered here (local.go)
-	}
-	// Frames of a burst mostly go to one destination: it is looked up
-	// once (through the pair's cache) until another one comes.
-	if dst != b.lastDst {
-		b.lastTo = nil
-		if !vswitch.KeyIsMulticast(dst) {
-			b.lastTo, _ = b.a.macs.Lookup(src.net.macs, dst)
-		}
-		b.lastDst = dst
-		if b.lastTo != nil && b.lastTo.up != nil {
-			// the uplink, attached since the burst began: its frames walk
-			b.lastDst, b.lastTo = noKey, nil
-			return w.txWalk(b, head)
-		}
-	}
-	to := b.lastTo
-	// The flow hash picks among a destination's pairs and records the
-	// source's; a port with one pair needs neither.
-	var hash uint32
-	if b.multiPair || (to != nil && len(to.rxReady) > 1) {
-		hash = vswitch.FlowHash(frame)
-	}
+	to := w.s.dsts[p.dst]
+	rv, res := w.put(to, q.Frame(f), p.hash)
 	switch {
-	case to == nil && b.alone:
-		b.nodest++
-	case to == nil:
-		w.flood(src, frame, hash, b.multiPair)
-	case to == src:
-		b.nodest++ // addressed to its own port: a hairpin we do not do
-	default:
-		rv, res := w.put(to, frame, hash)
-		switch {
-		case res == fillDone:
-			if b.a.hold.stalled != nil {
-				b.a.delivered(to)
-			}
-		case res == fillNoRoom && w.hold(rv, to):
-			q.Unpop(1)
-			return frameHeld
-		case res == fillNoRoom:
-			rv.Counters.DropNoBuf.Add(1)
+	case res == fillDone:
+		if b.a.hold.stalled != nil {
+			b.a.delivered(to)
 		}
+	case res == fillNoRoom && w.hold(rv, to):
+		q.Unpop(1)
+		return frameHeld
+	case res == fillNoRoom:
+		rv.Counters.DropNoBuf.Add(1)
 	}
-	q.Push(head, 0)
-	if smac != b.lastSmac {
-		b.learnMAC(w, smac)
-	}
-	if b.multiPair {
-		src.flows.Record(hash, b.a.pair)
-	}
-	b.pkts++
-	b.bytes += uint64(n)
 	return frameDone
 }
 
@@ -530,8 +780,12 @@ func (w *worker) returnInHand(tx *netdev.Vring) {
 	if q == nil {
 		return
 	}
-	if q.LastAvail() != q.UsedIdx() {
-		q.Push(w.s.txHead, 0)
+	if s := &w.s; s.k > 0 {
+		q.Unpop(s.k - 1 - s.cur)
+		if q.LastAvail() != q.UsedIdx() {
+			q.Push(s.frames[s.cur].Head, 0)
+		}
+		s.k = 0
 	}
 	q.Publish()
 	tx.Call()

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"errors"
 	"encoding/binary"
 	"runtime/debug"
 	"testing"
@@ -193,6 +194,80 @@ func TestBurstRingFillsMidBurst(t *testing.T) {
 			}
 			if n, _ := a.ReclaimTx(0); n != 0 {
 				t.Errorf("%d of a's TX chains still outstanding after all were delivered", n)
+			}
+		})
+	}
+}
+
+// TestRunsOfMixedSizes: a burst's frames come in runs to one guest
+// (unicastRun, spanRun) with sizes that fit one buffer, span several or
+// outgrow what the guest posted mid-run; small rings fill mid-run. Every
+// frame arrives once, whole and in order, and none is dropped.
+func TestRunsOfMixedSizes(t *testing.T) {
+	sizes := []int{64, 600, 1500, 100, 1514, 60, 1024}
+	for _, v := range rxVariants {
+		t.Run(v.name, func(t *testing.T) {
+			small := v.cfg
+			small.QueueSize, small.RxPoll = 16, true
+			other := frontend.Config{QueueSize: 16, RxPoll: true, RxBufSize: 512}
+			if v.cfg.Features != 0 {
+				other = small // without MRG_RXBUF frames cannot span
+			}
+			r := newBurstRig(t, [][6]byte{macA, macB, macC}, []frontend.Config{{QueueSize: 256, RxPoll: true}, small, other})
+			a := r.fes[0]
+			var frames [][]byte
+			want := map[*frontend.Frontend][][]byte{}
+			for i := range burstSize {
+				dst, to := macB, r.fes[1]
+				if (i/5)%2 == 1 {
+					dst, to = macC, r.fes[2]
+				}
+				f := seqFrame(dst, macA, i, sizes[i%len(sizes)])
+				frames = append(frames, f)
+				want[to] = append(want[to], f)
+			}
+			before := [2]PortStats{portStats(t, r.d, "b"), portStats(t, r.d, "c")}
+			// a runt inside a run is dropped there, and the run goes on
+			burst := append(append(append([][]byte{}, frames[:7]...), frames[7][:10]), frames[7:]...)
+			if n, err := a.SendBurst(0, burst); err != nil || n != len(burst) {
+				t.Fatalf("queued %d of %d: %v", n, len(burst), err)
+			}
+			got := map[*frontend.Frontend][][]byte{}
+			for pass := 0; len(got[r.fes[1]])+len(got[r.fes[2]]) < burstSize; pass++ {
+				if pass == 100 {
+					t.Fatalf("after 100 passes b has %d frames, c %d (of %d, %d)", len(got[r.fes[1]]), len(got[r.fes[2]]), len(want[r.fes[1]]), len(want[r.fes[2]]))
+				}
+				r.w.pass()
+				for _, f := range r.fes[1:] {
+					fs, err := f.RecvAll(0, 0)
+					if err != nil && !errors.Is(err, frontend.ErrTimeout) {
+						t.Fatal(err)
+					}
+					got[f] = append(got[f], fs...)
+				}
+			}
+			for i, f := range r.fes[1:] {
+				if len(got[f]) != len(want[f]) {
+					t.Fatalf("port %d received %d frames, want %d", i+1, len(got[f]), len(want[f]))
+				}
+				for j := range got[f] {
+					if !bytes.Equal(got[f][j], want[f][j]) {
+						t.Fatalf("port %d: frame %d (%d bytes) is not the one sent in that place (%d bytes)", i+1, j, len(got[f][j]), len(want[f][j]))
+					}
+				}
+				st := portStats(t, r.d, string(rune('b'+i))).Queues[0]
+				if d := st.Drops.RxNoBuffer - before[i].Queues[0].Drops.RxNoBuffer; d != 0 {
+					t.Errorf("port %d: %d no-buffer drops", i+1, d)
+				}
+				if n := st.RxPackets - before[i].Queues[0].RxPackets; n != uint64(len(want[f])) {
+					t.Errorf("port %d: %d frames counted, want %d", i+1, n, len(want[f]))
+				}
+			}
+			if n, _ := a.ReclaimTx(0); n != 0 {
+				t.Errorf("%d of a's TX chains outstanding after all were delivered", n)
+			}
+			if n := portStats(t, r.d, "a").Queues[0].Drops.Runt; n != 1 {
+				t.Errorf("a: %d runts counted, want 1", n)
 			}
 		})
 	}

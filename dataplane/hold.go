@@ -38,7 +38,7 @@ func (w *worker) hold(rv *netdev.Vring, dst *port) bool {
 	if a == nil || a.hold.stalled == dst {
 		return false
 	}
-	if a.hold.rv != nil && s.txq.LastAvail() == s.first+1 { // the held frame once more (the burst's first)
+	if a.hold.rv != nil && s.inHandFirst() { // the held frame once more (the burst's first)
 		if s.start-a.hold.since < int64(heldLimit) {
 			a.hold.rv = rv
 			a.heldOn.Store(rv)

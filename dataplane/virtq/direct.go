@@ -100,8 +100,8 @@ func (q *Queue) bufMiss(addr uint64, n uint32) []byte {
 	return q.buf(addr, n)
 }
 
-// Taken is the outcome of PopTX and PopRX.
-type Taken int
+// Taken is how GatherTX and PopRX took a chain.
+type Taken uint8
 
 const (
 	Direct   Taken = iota // a chain the direct path serves: use the buffers returned
@@ -110,47 +110,149 @@ const (
 	Broken                // the available ring is broken (a head out of range): nothing taken
 )
 
-// PopTX takes the next available chain (the caller checked Pending) and,
-// when it is a direct TX chain whose header is hdrLen bytes, returns the
-// header's first two bytes (flags and gso_type: zero for a frame without
-// offload metadata) and the frame that follows the header, which is guest
-// memory the driver may still write to: read each value once.
-func (q *Queue) PopTX(hdrLen int) (head, lead uint16, frame []byte, t Taken) {
-	head = q.availAt(q.lastAvail)
-	if head >= q.size {
-		return 0, 0, nil, Broken
+// TXFrame is a TX chain GatherTX took: its head and, when Kind is Direct,
+// where its frame lies (Frame).
+type TXFrame struct {
+	off  uint64 // the frame's offset in the queue's cached region
+	Len  uint32 // the frame's length, the header not counted
+	Head uint16
+	Kind Taken // Direct, or Walk: only the walker serves it (NewReader(Head))
+}
+
+// GatherTX takes up to len(out) available chains back to back (the
+// caller checked Pending) and describes each in out: a burst's heads and
+// descriptors are read together, before any frame is looked at. A direct
+// TX chain is one descriptor holding the hdrLen-byte header and the frame
+// (flags exactly 0) or two, the header (flags exactly NEXT, length exactly
+// hdrLen, next in range) then the frame (flags exactly 0), inside one
+// guest memory region, whose header carries no offload metadata (its
+// first two bytes, flags and gso_type, zero; read once). It returns how
+// many chains it took, and broken when it stopped at a head out of range
+// (not taken). It also stops, without taking it, at a chain whose buffers
+// lie outside the cached region unless that chain is the first: the
+// frames it describes all lie in the region cached when it returns, where
+// Frame finds them.
+func (q *Queue) GatherTX(hdrLen int, out []TXFrame) (n int, broken bool) {
+	h := uint32(hdrLen)
+	for n < len(out) {
+		head := q.availAt(q.lastAvail)
+		if head >= q.size {
+			return n, true
+		}
+		f := TXFrame{Head: head, Kind: Walk}
+		d := q.descAt(head)
+		switch {
+		case d.Flags == 0 && d.Len >= h:
+			off := d.Addr - q.v.rgpa
+			if off >= q.v.rsize || uint64(d.Len) > q.v.rsize-off {
+				if n > 0 {
+					return n, false
+				}
+				q.gatherMiss(&f, d, d, h, true)
+				break
+			}
+			if lead := (*[2]byte)(unsafe.Add(q.v.rbase, off)); lead[0]|lead[1] == 0 {
+				f.off, f.Len, f.Kind = off+uint64(h), d.Len-h, Direct
+			}
+		case d.Flags == virtio.DescFNext && d.Len == h && d.Next < q.size:
+			d2 := q.descAt(d.Next)
+			if d2.Flags != 0 {
+				break
+			}
+			hoff, off := d.Addr-q.v.rgpa, d2.Addr-q.v.rgpa
+			if hoff >= q.v.rsize || uint64(h) > q.v.rsize-hoff || off >= q.v.rsize || uint64(d2.Len) > q.v.rsize-off {
+				if n > 0 {
+					return n, false
+				}
+				q.gatherMiss(&f, d, d2, h, false)
+				break
+			}
+			if lead := (*[2]byte)(unsafe.Add(q.v.rbase, hoff)); lead[0]|lead[1] == 0 {
+				f.off, f.Len, f.Kind = off, d2.Len, Direct
+			}
+		}
+		out[n] = f
+		q.lastAvail++
+		n++
 	}
-	q.lastAvail++
-	d := q.descAt(head)
-	switch {
-	case d.Flags == 0 && d.Len >= uint32(hdrLen):
-		b := q.buf(d.Addr, d.Len)
-		if b == nil {
-			if b = q.bufMiss(d.Addr, d.Len); b == nil {
-				return head, 0, nil, Walk
-			}
-		}
-		return head, uint16(b[0]) | uint16(b[1])<<8, b[hdrLen:], Direct
-	case d.Flags == virtio.DescFNext && d.Len == uint32(hdrLen) && d.Next < q.size:
-		d2 := q.descAt(d.Next)
-		if d2.Flags != 0 {
-			return head, 0, nil, Walk
-		}
-		h := q.buf(d.Addr, d.Len)
-		if h == nil {
-			if h = q.bufMiss(d.Addr, d.Len); h == nil {
-				return head, 0, nil, Walk
-			}
-		}
-		f := q.buf(d2.Addr, d2.Len)
-		if f == nil {
-			if f = q.bufMiss(d2.Addr, d2.Len); f == nil {
-				return head, 0, nil, Walk
-			}
-		}
-		return head, uint16(h[0]) | uint16(h[1])<<8, f, Direct
+	return n, false
+}
+
+// gatherMiss is GatherTX for a direct chain not wholly in the cached
+// region: the header's descriptor d and the frame's d2 (one: d holds
+// both) are each looked up, the frame's last, so that its region is the
+// one cached.
+//
+//go:noinline
+func (q *Queue) gatherMiss(f *TXFrame, d, d2 Desc, h uint32, one bool) {
+	hb := q.find(d.Addr, d.Len)
+	if hb == nil || hb[0]|hb[1] != 0 {
+		return
 	}
-	return head, 0, nil, Walk
+	if one {
+		f.off, f.Len, f.Kind = d.Addr-q.v.rgpa+uint64(h), d.Len-h, Direct
+		return
+	}
+	if q.find(d2.Addr, d2.Len) == nil {
+		return
+	}
+	f.off, f.Len, f.Kind = d2.Addr-q.v.rgpa, d2.Len, Direct
+}
+
+// find is buf, looking the region up on a miss.
+func (q *Queue) find(addr uint64, n uint32) []byte {
+	if b := q.buf(addr, n); b != nil {
+		return b
+	}
+	return q.bufMiss(addr, n)
+}
+
+// Frame is the frame of f, a Direct frame of the last GatherTX: guest
+// memory the driver may still write to, so each value that decides
+// anything is read once. It is nil when f does not lie in the cached
+// region (a frame of an older gather).
+func (q *Queue) Frame(f *TXFrame) []byte {
+	if f.off > q.v.rsize || uint64(f.Len) > q.v.rsize-f.off {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(q.v.rbase, f.off)), f.Len)
+}
+
+// RXBuf is an RX chain GatherRX took: one writable descriptor.
+type RXBuf struct {
+	off  uint64 // the buffer's offset in the queue's cached region
+	Len  uint32
+	Head uint16
+}
+
+// GatherRX takes up to len(out) available chains back to back (the caller
+// checked that many are available) while each is one writable descriptor
+// of at least min bytes inside the cached region, describes them in out,
+// and returns how many it took: it stops, without taking it, at any
+// other chain (PopRX decides about that one). The buffers are where Buf
+// finds them until the next PopRX.
+func (q *Queue) GatherRX(min int, out []RXBuf) int {
+	for n := range out {
+		head := q.availAt(q.lastAvail)
+		d := q.descAt(head)
+		off := d.Addr - q.v.rgpa
+		if head >= q.size || d.Flags != virtio.DescFWrite || d.Len < uint32(min) ||
+			off >= q.v.rsize || uint64(d.Len) > q.v.rsize-off {
+			return n
+		}
+		out[n] = RXBuf{off: off, Len: d.Len, Head: head}
+		q.lastAvail++
+	}
+	return len(out)
+}
+
+// Buf is the buffer of b, a chain of the last GatherRX: guest memory. It
+// is nil when b does not lie in the cached region (an older gather's).
+func (q *Queue) Buf(b *RXBuf) []byte {
+	if b.off > q.v.rsize || uint64(b.Len) > q.v.rsize-b.off {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(q.v.rbase, b.off)), b.Len)
 }
 
 // PopRX takes the next available chain (the caller checked Pending) and,
