@@ -2,8 +2,8 @@ package dataplane
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"runtime/debug"
 	"testing"
 	"time"
