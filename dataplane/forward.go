@@ -1,29 +1,30 @@
 package dataplane
 
 // The per-packet path. A worker serves the TX vring of each queue pair it
-// owns, in bursts:
+// owns, in bursts of up to burstSize chains, in three phases:
 //
-//  1. lock the TX vring, take up to burstSize available chains;
-//  2. per chain: read the virtio-net and frame headers (one bounded walk
-//     that goes on below), look up the destination;
-//  3. a known unicast destination: hold the chosen RX vring of that port
-//     (locked until the burst ends or a frame goes elsewhere), take its
-//     buffers and copy the frame from the source guest's buffers straight
-//     into the destination guest's buffers, continuing the same walk of
-//     the source chain (one copy, one walk); a frame that turns out longer
-//     than the MTU gives the buffers back. Unknown and multicast
-//     destinations finish the walk first (to know the length), then copy
-//     into every other port with a fresh walk each;
-//  4. learn the source MAC and record the flow's TX queue for frames that
-//     passed the checks;
-//  5. per held RX vring: one avail-index read (again only when the known
-//     buffers run out), one used-index publish (one fence) and one
-//     interrupt decision per burst; the TX chains are returned with one
-//     publish and the source guest is interrupted once if it asked.
+//  1. gather (virtq.GatherTX): the burst's heads and descriptors are read
+//     back to back; a chain real drivers post (one or two descriptors, no
+//     offload metadata, in one guest memory region) becomes a frame in
+//     the source guest's memory, anything else is left to the walker;
+//  2. classify: per frame, read its addresses once and decide where it
+//     goes (a pair's MAC cache, the last destination remembered), the
+//     flow hash only where a port has several pairs;
+//  3. switch, in ring order: a run of frames to one guest is delivered
+//     with one hold of its RX vring, one look at its avail index and its
+//     buffers taken back to back (unicastRun, or spanRun for buffers
+//     smaller than the frames), one copy per frame from the source
+//     guest's buffer into the destination's; other frames go one by one
+//     (txDirect: the first of a run, floods; txWalk: chains for the
+//     walker, offload metadata, DHCP, the uplink). A frame whose
+//     destination is full is held (hold.go): the burst ends there and the
+//     chains after it are given back untaken.
 //
-// Locking follows netdev.Vring: a TX vring, then at most one RX vring at a
-// time (a held RX vring is released before another is taken). Nothing here
-// allocates.
+// The burst ends with one used-index publish (one fence) and one
+// interrupt decision per RX vring held, and the TX chains are returned
+// with one publish. Locking follows netdev.Vring: a TX vring, then at most
+// one RX vring at a time (a held RX vring is released before another is
+// taken). Nothing here allocates.
 
 import (
 	"time"

@@ -297,7 +297,8 @@ func nanotime() int64 { return time.Now().UnixNano() }
 // needs it for MAC learning) and once more here when it ends.
 //
 // It is never inlined: the instruction counts of docs/performance.md are
-// taken inside it (callgrind --toggle-collect), also in PGO builds.
+// taken inside it (callgrind --toggle-collect), whatever the compiler
+// inlines around it.
 //
 //go:noinline
 func (w *worker) pass() (worked bool) {

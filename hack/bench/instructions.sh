@@ -89,9 +89,11 @@
 #   --out DIR         results (default _output/bench/instructions-<UTC time>):
 #                     instructions.tsv, meta.txt, logs/ (per run: callgrind
 #                     files, callgrind_annotate top 20, per-frame profiles)
-#   --pgo on|off      build the test binary with the dataplane binary's
-#                     profile (cmd/vhostmq-dataplane/default.pgo, what `go
-#                     build` ships; default on) or without it
+#   --pgo PROFILE     build the test binary with this CPU profile (go
+#                     build -pgo; to try one: go test -cpuprofile on the
+#                     path benchmarks).  Default: none, as the dataplane
+#                     binary is built (PGO made the gathered path slower:
+#                     docs/performance.md)
 #   --budget FILE     TSV "path<TAB>instructions" ('#' comments and a
 #                     "path" header line allowed): exit 1 naming every path
 #                     whose vhostmq count is more than 10 % over its budget;
@@ -108,7 +110,7 @@ source "$HERE/lib.sh"
 # shellcheck disable=SC2034  # read by lib.sh
 VMQ_TAG=instr
 
-PATHS="" N=25600 N0=3200 SMOKE=0 DPDK="" DPDK_S=30 IDLE_S=5 MEM=nohuge SEED=8 OUT="" BUDGET="" PGO=on
+PATHS="" N=25600 N0=3200 SMOKE=0 DPDK="" DPDK_S=30 IDLE_S=5 MEM=nohuge SEED=8 OUT="" BUDGET="" PGO=off
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -422,7 +424,7 @@ bench_regex() { # bench_regex PATH: the anchored -test.bench regex of a path
 }
 vhostmq_side() {
     local pgo=(-pgo=off)
-    [[ $PGO == on ]] && pgo=(-pgo="$VMQ_REPO_ROOT/cmd/vhostmq-dataplane/default.pgo")
+    [[ $PGO != off ]] && pgo=(-pgo="$(realpath "$PGO")")
     vmq_log "building the dataplane test binary (go test -c ${pgo[*]} ./dataplane)"
     if ! (cd "$VMQ_REPO_ROOT" && "$GO" test -c "${pgo[@]}" -o "$WORK/dataplane.test" ./dataplane) >"$LOGS/go-test-c.log" 2>&1; then
         vmq_log "FAILED: go test -c ./dataplane (log $LOGS/go-test-c.log):"
