@@ -537,7 +537,7 @@ vmq_guest_env() {
     [[ -n $GUEST_KERNEL && -f $GUEST_KERNEL ]] || GUEST_KERNEL=$GUEST_BZIMAGE
 }
 
-declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=()
+declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=() VMQ_GUEST_EXTRA=()
 # vmq_guest_start NAME SOCKET connect|listen MAC QUEUES SECONDS WORKDIR CMDLINE...
 #   Boots a 1-vCPU (VHOSTMQ_GUEST_SMP), 512 MiB TCG guest whose only NIC is a vhost-user
 #   virtio-net-pci with QUEUES queue pairs.  connect: QEMU dials SOCKET and
@@ -545,7 +545,9 @@ declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=
 #   CMDLINE words are appended to the kernel command line (vmq.* keys, see
 #   hack/guest/init).  Serial console: WORKDIR/guest-NAME.log.
 #   VMQ_GUEST_DEV_OPTS[NAME], if set, is appended to the virtio-net-pci
-#   options (e.g. guest_tso4=off,guest_csum=off).
+#   options (e.g. guest_tso4=off,guest_csum=off).  VMQ_GUEST_EXTRA[NAME],
+#   if set, holds more QEMU arguments (split on spaces; e.g. a QMP socket
+#   and -incoming for a migration target).
 vmq_guest_start() {
     local name=$1 sock=$2 mode=$3 mac=$4 nq=$5 secs=$6 work=$7 chr mq=on
     shift 7
@@ -569,6 +571,9 @@ vmq_guest_start() {
         -netdev "vhost-user,id=net0,chardev=chr0,queues=$nq"
         -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0${VMQ_GUEST_DEV_OPTS[$name]:+,${VMQ_GUEST_DEV_OPTS[$name]}}"
         -serial "file:${VMQ_GUEST_LOG[$name]}")
+    local extra=()
+    [[ -z ${VMQ_GUEST_EXTRA[$name]:-} ]] || read -r -a extra <<<"${VMQ_GUEST_EXTRA[$name]}"
+    qemu+=("${extra[@]}")
     printf '%q ' "${qemu[@]}" >"$work/guest-$name.cmd"
     echo >>"$work/guest-$name.cmd"
     VMQ_GUEST_T0[$name]=$(vmq_now)

@@ -278,6 +278,9 @@ func (p *Port) vringState(m *vhostuser.Message) ([]byte, bool, error) {
 		}
 		v.q = nil // the new base wins over the running ring's position
 		v.base = uint16(s.Num)
+		// A ring's position across a stop, a migration or a restart is
+		// what shows that nothing was lost or taken twice.
+		p.log.Info("vring base set", "vring", s.Index, "base", v.base)
 	case vhostuser.ReqSetVringEnable:
 		// Accepted before SET_FEATURES too: QEMU disables the extra pairs at
 		// device init, having seen PROTOCOL_FEATURES in GET_FEATURES.
@@ -292,6 +295,7 @@ func (p *Port) vringState(m *vhostuser.Message) ([]byte, bool, error) {
 		// Stops the ring (spec "Ring states"): no more processing, kick and
 		// call eventfds are dropped; the frontend resumes from base.
 		base := v.stop()
+		p.log.Info("vring stopped", "vring", s.Index, "base", base)
 		p.dropKick(v)
 		closeFD(&v.callFD)
 		p.changed(v)
