@@ -222,11 +222,22 @@ func BenchmarkPathTxDrop(b *testing.B) {
 
 // BenchmarkPathForward: TX dequeue plus the RX enqueue (one copy guest to
 // guest) for each RX layout; minus BenchmarkPathTxDrop it is the enqueue.
+// "log": the mrg layout while b's frontend migrates (LOG_ALL, a dirty log,
+// the used ring logged too): what dirty-page logging costs.
 func BenchmarkPathForward(b *testing.B) {
 	for _, v := range rxVariants {
 		for _, size := range []int{64, 1500} {
 			b.Run(v.name+"/"+sizeName(size), func(b *testing.B) { newPathRig(b, size, &v.cfg).run(b) })
 		}
+	}
+	for _, size := range []int{64, 1500} {
+		b.Run("log/"+sizeName(size), func(b *testing.B) {
+			cfg := frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoLogSHMFD}
+			r := newPathRig(b, size, &cfg)
+			startDirtyLog(b, r.rx)
+			r.burst(b, nil) // the rings restarted: the first pass after
+			r.run(b)
+		})
 	}
 }
 

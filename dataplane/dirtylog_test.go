@@ -31,29 +31,48 @@ func newLogRig(t *testing.T, bcfg frontend.Config) *logRig {
 		b: dial(t, addPort(t, d, "b", netdev.RoleServer, 1), bcfg),
 	}
 	learn(t, r.a, r.b, 1)
-	// One bit per 4 KiB page of b's guest memory, in whole 64-bit words.
-	pages := (r.b.GPA(len(r.b.Mem())) + 4095) / 4096
-	r.logLen = (pages + 63) / 64 * 8
+	r.logFD, r.log, r.logLen = newDirtyLog(t, r.b)
+	return r
+}
+
+// newDirtyLog makes a dirty log for fe's guest memory, as QEMU does when a
+// migration starts: one bit per 4 KiB page, in whole 64-bit words, in a
+// memfd (closed and unmapped when the test ends).
+func newDirtyLog(tb testing.TB, fe *frontend.Frontend) (fd int, log []byte, size uint64) {
+	pages := (fe.GPA(len(fe.Mem())) + 4095) / 4096
+	size = (pages + 63) / 64 * 8
 	fd, err := unix.MemfdCreate("dirty-log", unix.MFD_CLOEXEC)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Ftruncate(fd, int64(r.logLen)); err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		tb.Fatal(err)
 	}
-	r.log, err = unix.Mmap(fd, 0, int(r.logLen), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	log, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Munmap(r.log) })
-	r.logFD = fd
-	return r
+	tb.Cleanup(func() { unix.Munmap(log) })
+	return fd, log, size
+}
+
+// startDirtyLog turns dirty-page logging on for fe's port as a migrating
+// QEMU does: SET_LOG_BASE, SET_FEATURES with LOG_ALL, the RX ring's used
+// ring logged (VHOST_VRING_F_LOG).
+func startDirtyLog(tb testing.TB, fe *frontend.Frontend) {
+	fd, _, size := newDirtyLog(tb, fe)
+	if err := fe.SetLogBase(fd, size, 0); err != nil {
+		tb.Fatalf("SET_LOG_BASE: %v", err)
+	}
+	r := &logRig{b: fe}
+	r.setFeatures(tb, true)
+	r.setLogUsed(tb, true)
 }
 
 // setFeatures sends SET_FEATURES with b's negotiated features, LOG_ALL on
 // or off.
-func (r *logRig) setFeatures(t *testing.T, logAll bool) {
+func (r *logRig) setFeatures(t testing.TB, logAll bool) {
 	t.Helper()
 	f := r.b.Info().Features
 	if logAll {
@@ -65,7 +84,7 @@ func (r *logRig) setFeatures(t *testing.T, logAll bool) {
 }
 
 // setLogUsed re-sends b's RX ring address with or without VHOST_VRING_F_LOG.
-func (r *logRig) setLogUsed(t *testing.T, on bool) {
+func (r *logRig) setLogUsed(t testing.TB, on bool) {
 	t.Helper()
 	vi, err := r.b.Vring(0)
 	if err != nil {

@@ -64,6 +64,9 @@
 #                     (rte_vhost_dequeue_burst, inclusive) of the
 #                     p2p-SIZE-mrg run (same frames, one TX descriptor; run
 #                     too if not asked for).  logs/dpdk-PATH-raw: as measured
+#   p2p-SIZE-log      vhostmq only: p2p-SIZE-mrg while b's frontend migrates
+#                     (LOG_ALL on, a dirty log, the used ring logged): the
+#                     cost of dirty-page logging, against p2p-SIZE-mrg
 # Default paths: g2h-64 p2p-64-mrg p2p-64-nomrg p2p-1500-mrg p2p-1500-nomrg
 # p2p-1500-span512.
 #
@@ -152,8 +155,8 @@ posint --seed-bursts "$SEED"
 [[ $MEM =~ ^(nohuge|huge)$ ]] || vmq_die "--dpdk-mem must be nohuge or huge"
 PATH_LIST=()
 for p in ${PATHS//,/ }; do
-    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512))$ ]] ||
-        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512} (SIZE 64 or 1500)"
+    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512|log))$ ]] ||
+        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512,log} (SIZE 64 or 1500)"
     [[ " ${PATH_LIST[*]} " == *" $p "* ]] || PATH_LIST+=("$p")
 done
 ((${#PATH_LIST[@]} > 0)) || vmq_die "--paths is empty"
@@ -672,7 +675,7 @@ T_V=$(vmq_elapsed "$T_V")
 T_D=0
 if ((DPDK)); then
     T_D=$(vmq_now)
-    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 ]] || dpdk_one "$p"; done
+    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 || $p == *-log ]] || dpdk_one "$p"; done
     for p in "${PATH_LIST[@]}"; do
         if [[ $p == p2p-64-span512 ]]; then
             dpdk_one "$p" # 64 B frames: one segment, one TX descriptor
@@ -688,7 +691,7 @@ printf 'path\tvhostmq\tdpdk\tratio\n' >"$TSV"
 TABLE="path vhostmq bench-calls dpdk vhostmq/dpdk"
 for p in "${PATH_LIST[@]}"; do
     v=${VHOSTMQ[$p]:-fail} d=n/a r=n/a
-    ((DPDK)) && d=${DPDKR[$p]:-fail}
+    ((DPDK)) && [[ $p != *-log ]] && d=${DPDKR[$p]:-fail}
     if [[ $v =~ ^[0-9.]+$ && $d =~ ^[0-9.]+$ ]]; then r=$(awk -v a="$v" -v b="$d" 'BEGIN { printf "%.2f", a / b }'); fi
     printf '%s\t%s\t%s\t%s\n' "$p" "$v" "$d" "$r" >>"$TSV"
     TABLE+=$'\n'"$p $v ${VHOSTMQ_TOT[$p]:-fail} $d $r"
