@@ -17,7 +17,7 @@
 #
 # Asserted: no migration blocker and status "completed"; the transfer was
 # under way when the migration began; with both guests stopped after the
-# migration (the target is started with -S), their memories are equal page
+# migration (--memcheck: the target started with -S), their memories are equal page
 # for page (what a page the dataplane wrote and did not log breaks; then
 # the target runs); the sha256 a2's guest computed equals
 # the one b computed, over the whole file; every vring a stopped at
@@ -29,7 +29,7 @@
 # row x 10 ms), the file's transfer time.
 #
 # Usage: hack/e2e-migrate.sh [--role server|client|both] [--mb 200]
-#          [--queues 1] [--tail 8] [--flood 0] [--keep DIR]
+#          [--queues 1] [--tail 8] [--flood 0] [--memcheck yes|no] [--keep DIR]
 #   --role both   server, then client (default)
 #   --mb N        file size in MiB (the migration starts 1 s into the
 #                 transfer, which at TCG speed takes several seconds)
@@ -39,6 +39,11 @@
 #                 the file goes, more than a's guest takes under TCG: frames
 #                 the dataplane wrote wait in a's RX ring, untouched by its
 #                 CPU, when the migration stops it; 0: no flood (default)
+#   --memcheck    start the target paused (-S) and compare the two guests'
+#                 memories page by page before it runs (default: yes in the
+#                 client role, no in the server role: the comparison's pause
+#                 of several seconds is in that run's ping gap, so the server
+#                 run measures the gap and the client run the memory)
 #   --keep DIR    work dir (default: a new /tmp/vhostmq-e2e-migrate.XXXXXX)
 # Needs root and hack/install-deps.sh; builds the guest image if needed.
 # Exit status: 0 when every assertion held.
@@ -47,7 +52,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-ROLE=both MB=200 QUEUES=1 TAIL=8 FLOOD=0 WORK=""
+ROLE=both MB=200 QUEUES=1 TAIL=8 FLOOD=0 MEMCHECK="" WORK=""
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -56,6 +61,7 @@ while (($#)); do
         --queues) QUEUES=$2; shift 2 ;;
         --tail) TAIL=$2; shift 2 ;;
         --flood) FLOOD=$2; shift 2 ;;
+        --memcheck) MEMCHECK=$2; shift 2 ;;
         --keep) WORK=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
@@ -66,6 +72,8 @@ done
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
 [[ $TAIL =~ ^[1-9][0-9]*$ ]] || vmq_die "--tail must be a positive number of seconds"
 [[ $FLOOD =~ ^[0-9]+$ ]] || vmq_die "--flood must be a number of Mbit/s (0: none)"
+[[ $MEMCHECK =~ ^(|yes|no)$ ]] || vmq_die "--memcheck must be yes or no"
+[[ -n $MEMCHECK ]] || { MEMCHECK=no; [[ $ROLE == client ]] && MEMCHECK=yes; }
 vmq_need_root
 if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-migrate.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
 vmq_init
@@ -94,16 +102,18 @@ if [[ $ROLE == both ]]; then
     echo
     echo "===== vhostmq e2e-migrate summary ($(vmq_elapsed "$T0") s) ====="
     {
-        echo "role status total_ms downtime_ms setup_ms ram_mib dirty_syncs file_mib file_s sha256 max_ping_gap_ms pings result"
+        echo "role status total_ms downtime_ms setup_ms ram_mib dirty_syncs file_mib file_s sha256 memory max_ping_gap_ms pings result"
         i=0
         for r in server client; do
-            unset mig_status mig_total_ms mig_downtime_ms mig_setup_ms mig_ram_mib mig_dirty_syncs file_mib file_s sha_match max_gap_ms pings
+            unset mig_status mig_total_ms mig_downtime_ms mig_setup_ms mig_ram_mib mig_dirty_syncs file_mib file_s sha_match max_gap_ms pings memcheck mem_pages_differing
             # shellcheck disable=SC1090
             [[ -f $WORK/$r/result.env ]] && source "$WORK/$r/result.env"
             res=PASS
             [[ ${rcs[i]} == 0 ]] || res="FAIL(rc=${rcs[i]})"
             echo "$r ${mig_status:-?} ${mig_total_ms:-?} ${mig_downtime_ms:-?} ${mig_setup_ms:-?} ${mig_ram_mib:-?}" \
-                "${mig_dirty_syncs:-?} ${file_mib:-?} ${file_s:-?} ${sha_match:-?} ${max_gap_ms:-?} ${pings:-?} $res"
+                "${mig_dirty_syncs:-?} ${file_mib:-?} ${file_s:-?} ${sha_match:-?}" \
+                "$([[ ${memcheck:-} == yes ]] && echo "${mem_pages_differing:-?}-differ" || echo -)" \
+                "${max_gap_ms:-?}$([[ ${memcheck:-} == yes ]] && echo "(paused)") ${pings:-?} $res"
             i=$((i + 1))
         done
     } | vmq_table
@@ -172,9 +182,11 @@ add_ports() {
 }
 
 VMQ_GUEST_EXTRA[a]="-qmp unix:$WORK/qmp-a.sock,server=on,wait=off"
+VMQ_GUEST_EXTRA[a2]="-qmp unix:$WORK/qmp-a2.sock,server=on,wait=off -incoming unix:$WORK/mig.sock"
 # -S: the target stays paused after the migration, so that both copies of
 # the guest's memory can be compared before it runs
-VMQ_GUEST_EXTRA[a2]="-qmp unix:$WORK/qmp-a2.sock,server=on,wait=off -incoming unix:$WORK/mig.sock -S"
+[[ $MEMCHECK == no ]] || VMQ_GUEST_EXTRA[a2]+=" -S"
+vmq_res memcheck "$MEMCHECK"
 COMMON=("vmq.duration=$((GUEST_S - 20))" vmq.interval=0.01 "vmq.filemb=$MB" "vmq.tail=$TAIL" "vmq.flood=$FLOOD")
 mode=connect
 [[ $ROLE == client ]] && mode=listen
@@ -240,7 +252,7 @@ grep -aq 'vhost lacks VHOST_F_LOG_ALL\|Migration disabled' "$WORK"/guest-a.qemu.
 # dataplane wrote into a's memory and did not log was not sent again and
 # differs here (the guest itself would often hide it, by writing the page
 # again or by TCP resending what came garbled).
-if [[ $status == completed ]]; then
+if [[ $status == completed && $MEMCHECK == yes ]]; then
     ramsz=$((512 * 1048576))
     for g in a a2; do
         qmp "$WORK/qmp-$g.sock" "{\"execute\": \"pmemsave\", \"arguments\": {\"val\": 0, \"size\": $ramsz, \"filename\": \"$WORK/ram-$g.bin\"}}" >/dev/null
@@ -336,7 +348,8 @@ echo
 echo "===== vhostmq live migration: role=$ROLE queue pairs=$QUEUES (host CPU pressure avg10 ${VMQ_RES[cpu_psi_start]}% -> ${VMQ_RES[cpu_psi_end]}%) ====="
 echo "migration        ${VMQ_RES[mig_status]}: total ${VMQ_RES[mig_total_ms]} ms, downtime ${VMQ_RES[mig_downtime_ms]} ms, setup ${VMQ_RES[mig_setup_ms]} ms, ${VMQ_RES[mig_ram_mib]} MiB RAM, ${VMQ_RES[mig_dirty_syncs]} dirty syncs"
 echo "file b -> a/a2   ${VMQ_RES[file_mib]:-?} MiB in ${VMQ_RES[file_s]:-?} s, sha256 equal: ${VMQ_RES[sha_match]:-?}"
-echo "pings b -> a/a2  ${VMQ_RES[pings]:-?} answered (every 10 ms), longest gap ${VMQ_RES[max_gap_ms]:-?} ms"
+echo "pings b -> a/a2  ${VMQ_RES[pings]:-?} answered (every 10 ms), longest gap ${VMQ_RES[max_gap_ms]:-?} ms$([[ $MEMCHECK == yes ]] && echo " (with the target paused for the memory check)")"
+[[ $MEMCHECK == no ]] || echo "memory           ${VMQ_RES[mem_pages_differing]:-?} pages differ between source and target after the stop"
 echo "rings            ${VMQ_RES[rings]}"
 echo "wall time ${VMQ_RES[wall_s]} s; work dir: $WORK"
 if vmq_fails_report; then
