@@ -68,7 +68,7 @@ while (($#)); do
     esac
 done
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
-[[ $MB =~ ^[1-9][0-9]*$ ]] && ((MB <= 300)) || vmq_die "--mb must be 1..300 (the file lives in b's 512 MiB)"
+if ! [[ $MB =~ ^[1-9][0-9]*$ ]] || ((MB > 300)); then vmq_die "--mb must be 1..300 (the file lives in b's 512 MiB)"; fi
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
 [[ $TAIL =~ ^[1-9][0-9]*$ ]] || vmq_die "--tail must be a positive number of seconds"
 [[ $FLOOD =~ ^[0-9]+$ ]] || vmq_die "--flood must be a number of Mbit/s (0: none)"
