@@ -435,55 +435,78 @@ vhostmq_side() {
         FAILED=$((FAILED + 1))
         return
     fi
-    local p n re t0 out tot calls pi
+    local p attempt d best
     for p in "${PATH_LIST[@]}"; do
-        re=$(bench_regex "$p")
-        declare -A T=() B=()
-        local ok=1 edges=1
-        for n in "$N0" "$N"; do
-            out=$LOGS/vhostmq-$p-$n
-            t0=$(vmq_now)
-            if ! (cd "$VMQ_REPO_ROOT/dataplane" && GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off timeout 900 \
-                valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out.callgrind" \
-                --toggle-collect='github.com/vhostmq/vhostmq/dataplane.(*worker).pass' \
-                "$WORK/dataplane.test" -test.run '^$' -test.bench "$re" -test.benchtime "${n}x") >"$out.log" 2>&1; then
-                vmq_log "vhostmq $p N=$n: FAILED (log $out.log): $(grep -v '^==' "$out.log" | tail -n 3 | tr '\n' ' ')"
-                ok=0
-                break
+        # The totals are the measure: the rig's only worker never runs on
+        # its own, so every pass in them is one the benchmark drove. The
+        # benchmark's passes as callgrind attributes them are a
+        # cross-check: callgrind loses a caller now and then across Go's
+        # stack switches (the calls come out one pass low), and a
+        # goroutine switch inside a pass (the scheduler preempting the
+        # benchmark under callgrind's slowness) can put another
+        # goroutine's instructions into the totals. When the two disagree
+        # by more than 1 % the path is measured again, up to 3 times, and
+        # the closest pair is kept.
+        best=""
+        for attempt in 1 2 3; do
+            vhostmq_measure "$p" || break
+            d=$(awk -v a="$VM_PF" -v b="$VM_TOT" 'BEGIN { if (b !~ /^[0-9.]+$/ || a == 0) { print 0; exit } x = (a - b) / a; if (x < 0) x = -x; printf "%.4f", x }')
+            if [[ -z $best ]] || awk -v d="$d" -v b="$best" 'BEGIN { exit !(d < b) }'; then
+                best=$d VHOSTMQ[$p]=$VM_PF VHOSTMQ_TOT[$p]=$VM_TOT
+                cp "$LOGS/vhostmq-$p.perframe.txt.try" "$LOGS/vhostmq-$p.perframe.txt" 2>/dev/null || true
             fi
-            grep -q "^Benchmark.*[[:space:]]${n}[[:space:]]" "$out.log" || { vmq_log "vhostmq $p N=$n: no benchmark line with $n iterations (regex $re; log $out.log)"; ok=0; break; }
-            tot=$(cg_total "$out.callgrind")
-            [[ $tot =~ ^[0-9]+$ ]] || { vmq_log "vhostmq $p N=$n: no PROGRAM TOTALS in $out.callgrind"; ok=0; break; }
-            T[$n]=$tot
-            # the passes the benchmark drives (pathRig.burst -> worker.pass)
-            if read -r calls pi < <(cgpy edge "$out.callgrind" '.(*pathRig).burst' 'dataplane.(*worker).pass' 2>>"$out.log"); then
-                B[$n]=$pi
-            else
-                edges=0 calls='?' pi='?'
-            fi
-            cg_top20 "$out.callgrind" >"$out.top20.txt"
-            vmq_log "vhostmq $p N=$n: $tot instructions in pass(), $pi in the benchmark's $calls passes ($(vmq_elapsed "$t0") s)"
+            awk -v d="$d" 'BEGIN { exit !(d <= 0.01) }' && break
+            vmq_log "vhostmq $p: the totals ($VM_PF) and the benchmark's calls ($VM_TOT) disagree by $(awk -v d="$d" 'BEGIN { printf "%.1f", d * 100 }') %$( ((attempt < 3)) && echo ": measuring again")"
         done
-        if ((ok)); then
-            # The totals are the measure: the rig's only worker never runs
-            # on its own, so every pass in them is one the benchmark drove.
-            # The benchmark's passes as callgrind attributes them are a
-            # cross-check (callgrind loses callers now and then across Go's
-            # stack switches).
-            VHOSTMQ[$p]=$(awk -v a="${T[$N]}" -v b="${T[$N0]}" -v d=$((N - N0)) 'BEGIN { printf "%.1f", (a - b) / d }')
-            VHOSTMQ_TOT[$p]='?'
-            if ((edges)); then
-                VHOSTMQ_TOT[$p]=$(awk -v a="${B[$N]}" -v b="${B[$N0]}" -v d=$((N - N0)) 'BEGIN { printf "%.1f", (a - b) / d }')
-            fi
-            cgpy vprofile "$N" "$N0" "$LOGS/vhostmq-$p-$N.callgrind" "$LOGS/vhostmq-$p-$N0.callgrind" \
-                >"$LOGS/vhostmq-$p.perframe.txt" || vmq_log "vhostmq $p: per-frame profile failed"
-            vmq_log "vhostmq $p: ${VHOSTMQ[$p]} instructions/frame ((${T[$N]} - ${T[$N0]}) / $((N - N0)); ${VHOSTMQ_TOT[$p]} in the calls callgrind attributes to the benchmark)"
-        else
+        rm -f "$LOGS/vhostmq-$p.perframe.txt.try"
+        if [[ -z $best ]]; then
             VHOSTMQ[$p]=fail VHOSTMQ_TOT[$p]=fail
             FAILED=$((FAILED + 1))
+        elif ((attempt > 1)); then
+            vmq_log "vhostmq $p: kept ${VHOSTMQ[$p]} (benchmark's calls ${VHOSTMQ_TOT[$p]})"
         fi
-        unset T B
     done
+}
+
+# vhostmq_measure PATH: the two callgrind runs of a path; sets VM_PF (per
+# frame from the totals) and VM_TOT (from the benchmark's calls, or ?)
+vhostmq_measure() {
+    local p=$1 n re t0 out tot calls pi ok=1 edges=1
+    local -A T=() B=()
+    re=$(bench_regex "$p")
+    for n in "$N0" "$N"; do
+        out=$LOGS/vhostmq-$p-$n
+        t0=$(vmq_now)
+        if ! (cd "$VMQ_REPO_ROOT/dataplane" && GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off timeout 900 \
+            valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out.callgrind" \
+            --toggle-collect='github.com/vhostmq/vhostmq/dataplane.(*worker).pass' \
+            "$WORK/dataplane.test" -test.run '^$' -test.bench "$re" -test.benchtime "${n}x") >"$out.log" 2>&1; then
+            vmq_log "vhostmq $p N=$n: FAILED (log $out.log): $(grep -v '^==' "$out.log" | tail -n 3 | tr '\n' ' ')"
+            ok=0
+            break
+        fi
+        grep -q "^Benchmark.*[[:space:]]${n}[[:space:]]" "$out.log" || { vmq_log "vhostmq $p N=$n: no benchmark line with $n iterations (regex $re; log $out.log)"; ok=0; break; }
+        tot=$(cg_total "$out.callgrind")
+        [[ $tot =~ ^[0-9]+$ ]] || { vmq_log "vhostmq $p N=$n: no PROGRAM TOTALS in $out.callgrind"; ok=0; break; }
+        T[$n]=$tot
+        # the passes the benchmark drives (pathRig.burst -> worker.pass)
+        if read -r calls pi < <(cgpy edge "$out.callgrind" '.(*pathRig).burst' 'dataplane.(*worker).pass' 2>>"$out.log"); then
+            B[$n]=$pi
+        else
+            edges=0 calls='?' pi='?'
+        fi
+        cg_top20 "$out.callgrind" >"$out.top20.txt"
+        vmq_log "vhostmq $p N=$n: $tot instructions in pass(), $pi in the benchmark's $calls passes ($(vmq_elapsed "$t0") s)"
+    done
+    ((ok)) || return 1
+    VM_PF=$(awk -v a="${T[$N]}" -v b="${T[$N0]}" -v d=$((N - N0)) 'BEGIN { printf "%.1f", (a - b) / d }')
+    VM_TOT='?'
+    if ((edges)); then
+        VM_TOT=$(awk -v a="${B[$N]}" -v b="${B[$N0]}" -v d=$((N - N0)) 'BEGIN { printf "%.1f", (a - b) / d }')
+    fi
+    cgpy vprofile "$N" "$N0" "$LOGS/vhostmq-$p-$N.callgrind" "$LOGS/vhostmq-$p-$N0.callgrind" \
+        >"$LOGS/vhostmq-$p.perframe.txt.try" || vmq_log "vhostmq $p: per-frame profile failed"
+    vmq_log "vhostmq $p: $VM_PF instructions/frame ((${T[$N]} - ${T[$N0]}) / $((N - N0)); $VM_TOT in the calls callgrind attributes to the benchmark)"
 }
 
 # ---------------------------------------------------------------- DPDK
