@@ -325,7 +325,7 @@ func (w *worker) classify(b *txBurst, k int) {
 // given back untaken.
 func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 	s := &w.s
-	q, src := b.q, b.src
+	q := b.q
 	// s.k is cleared on the normal returns only: after a fault,
 	// settleAfterFault finds the chains in hand through it.
 	s.base, s.k = q.LastAvail()-uint16(k), k
@@ -369,18 +369,35 @@ func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 			}
 			continue
 		}
+		// The source's part, written out here and in the runs: as a
+		// helper (inlined or not) it cost 2 to 20 instructions per frame.
 		q.Push(f.Head, 0)
 		if p.smac != b.lastSmac {
 			b.learnMAC(w, p.smac)
 		}
 		if b.multiPair {
-			src.flows.Record(p.hash, b.a.pair)
+			b.src.flows.Record(p.hash, b.a.pair)
 		}
 		b.pkts++
 		b.bytes += uint64(f.Len)
 	}
 	s.k = 0
 	return frameDone
+}
+
+// endRun accounts a run of n frames (bytes long) that filled used of the
+// got RX buffers it gathered; the others go back to the guest's ring.
+func (w *worker) endRun(b *txBurst, to *port, got, used, n int, bytes uint64) {
+	h := &w.s.rx
+	h.q.Unpop(got - used)
+	h.avail -= used
+	h.frames += uint64(n)
+	h.bytes += bytes
+	b.pkts += uint64(n)
+	b.bytes += bytes
+	if n > 0 && b.a.hold.stalled != nil {
+		b.a.delivered(to)
+	}
 }
 
 // unicastRun delivers frames from i on that go to the port that the
@@ -440,15 +457,7 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	// Cleared on a normal return only: after a fault in the destination's
 	// memory serveSafely must blame it, not the source ring.
 	s.inRX = false
-	rq.Unpop(got - n)
-	h.avail -= n
-	h.frames += uint64(n)
-	h.bytes += bytes
-	b.pkts += uint64(n)
-	b.bytes += bytes
-	if n > 0 && b.a.hold.stalled != nil {
-		b.a.delivered(to)
-	}
+	w.endRun(b, to, got, n, n, bytes)
 	return n, true
 }
 
@@ -505,15 +514,7 @@ func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
 		}
 		bytes += uint64(f.Len)
 	}
-	rq.Unpop(got - used)
-	h.avail -= used
-	h.frames += uint64(n)
-	h.bytes += bytes
-	b.pkts += uint64(n)
-	b.bytes += bytes
-	if n > 0 && b.a.hold.stalled != nil {
-		b.a.delivered(s.dsts[s.plan[i].dst])
-	}
+	w.endRun(b, s.dsts[s.plan[i].dst], got, used, n, bytes)
 	return n
 }
 

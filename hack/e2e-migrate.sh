@@ -29,16 +29,12 @@
 # row x 10 ms), the file's transfer time.
 #
 # Usage: hack/e2e-migrate.sh [--role server|client|both] [--mb 200]
-#          [--queues 1] [--tail 8] [--flood 0] [--memcheck yes|no] [--keep DIR]
+#          [--queues 1] [--tail 8] [--memcheck yes|no] [--keep DIR]
 #   --role both   server, then client (default)
 #   --mb N        file size in MiB (the migration starts 1 s into the
 #                 transfer, which at TCG speed takes several seconds)
 #   --tail S      seconds b keeps pinging after the file went (port a is
 #                 deleted meanwhile)
-#   --flood MBIT  b also floods a with UDP (iperf3 -u) at MBIT Mbit/s while
-#                 the file goes, more than a's guest takes under TCG: frames
-#                 the dataplane wrote wait in a's RX ring, untouched by its
-#                 CPU, when the migration stops it; 0: no flood (default)
 #   --memcheck    start the target paused (-S) and compare the two guests'
 #                 memories page by page before it runs (default: yes in the
 #                 client role, no in the server role: the comparison's pause
@@ -52,7 +48,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-ROLE=both MB=200 QUEUES=1 TAIL=8 FLOOD=0 MEMCHECK="" WORK=""
+ROLE=both MB=200 QUEUES=1 TAIL=8 MEMCHECK="" WORK=""
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -60,7 +56,6 @@ while (($#)); do
         --mb) MB=$2; shift 2 ;;
         --queues) QUEUES=$2; shift 2 ;;
         --tail) TAIL=$2; shift 2 ;;
-        --flood) FLOOD=$2; shift 2 ;;
         --memcheck) MEMCHECK=$2; shift 2 ;;
         --keep) WORK=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
@@ -71,7 +66,6 @@ done
 if ! [[ $MB =~ ^[1-9][0-9]*$ ]] || ((MB > 300)); then vmq_die "--mb must be 1..300 (the file lives in b's 512 MiB)"; fi
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
 [[ $TAIL =~ ^[1-9][0-9]*$ ]] || vmq_die "--tail must be a positive number of seconds"
-[[ $FLOOD =~ ^[0-9]+$ ]] || vmq_die "--flood must be a number of Mbit/s (0: none)"
 [[ $MEMCHECK =~ ^(|yes|no)$ ]] || vmq_die "--memcheck must be yes or no"
 [[ -n $MEMCHECK ]] || { MEMCHECK=no; [[ $ROLE == client ]] && MEMCHECK=yes; }
 vmq_need_root
@@ -187,7 +181,7 @@ VMQ_GUEST_EXTRA[a2]="-qmp unix:$WORK/qmp-a2.sock,server=on,wait=off -incoming un
 # the guest's memory can be compared before it runs
 [[ $MEMCHECK == no ]] || VMQ_GUEST_EXTRA[a2]+=" -S"
 vmq_res memcheck "$MEMCHECK"
-COMMON=("vmq.duration=$((GUEST_S - 20))" vmq.interval=0.01 "vmq.filemb=$MB" "vmq.tail=$TAIL" "vmq.flood=$FLOOD")
+COMMON=("vmq.duration=$((GUEST_S - 20))" vmq.interval=0.01 "vmq.filemb=$MB" "vmq.tail=$TAIL")
 mode=connect
 [[ $ROLE == client ]] && mode=listen
 if [[ $ROLE == server ]]; then

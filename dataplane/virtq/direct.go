@@ -104,10 +104,9 @@ func (q *Queue) bufMiss(addr uint64, n uint32) []byte {
 type Taken uint8
 
 const (
-	Direct   Taken = iota // a chain the direct path serves: use the buffers returned
-	Walk                  // a chain taken that only the walker serves: NewReader/NewWriter(head)
-	NoneLeft              // (PopRX) no chain available: nothing taken
-	Broken                // the available ring is broken (a head out of range): nothing taken
+	Direct Taken = iota // a chain the direct path serves: use the buffers returned
+	Walk                // a chain taken that only the walker serves: NewReader/NewWriter(head)
+	Broken              // the available ring is broken (a head out of range): nothing taken
 )
 
 // TXFrame is a TX chain GatherTX took: its head and, when Kind is Direct,
