@@ -26,11 +26,15 @@ func main() {
 	flag.StringVar(&cfg.HookName, "hook-name", binding.DefaultHookName, "name reported to virt-launcher; the socket is <hooks-dir>/<name>.sock")
 	flag.StringVar(&cfg.PluginName, "binding", plugin, "binding plugin name VMI interfaces use (default from NETWORK_BINDING_PLUGIN_NAME)")
 	flag.StringVar(&cfg.NetworkInfo, "network-info", binding.DefaultNetworkInfo, "KubeVirt's downward-API network-info file")
+	flag.DurationVar(&cfg.DeviceInfoWait, "device-info-wait", binding.DefaultDeviceInfoWait, "how long OnDefineDomain waits for network-info to carry a vhostmq interface's device-info (a migration target's file is written late); 0 waits not at all")
 	hooksDir := flag.String("hooks-dir", binding.DefaultHooksDir, "KubeVirt's hook socket directory")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
 	// KubeVirt's generic sidecar-shim passes --version; accept and ignore it.
 	flag.String("version", "v1alpha3", "hook API version (only v1alpha3)")
 	flag.Parse()
+	if cfg.DeviceInfoWait == 0 {
+		cfg.DeviceInfoWait = -1 // Config's 0 is the default
+	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		fmt.Fprintf(os.Stderr, "--log-level: %v\n", err)

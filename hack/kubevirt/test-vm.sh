@@ -559,6 +559,78 @@ mac1=$(res vm1 link mac)
 pmac1=$(jq -r '.[0].mac' <<<"${PORT[vm1]:-[]}")
 check "vm1 guest MAC $mac1 = its port's MAC (sidecar and CNI derive the same)" test "${mac1,,}" = "${pmac1,,}"
 
+# ------------------------------------------------------------------ live migration
+# How far a migration gets on this one-node test bed. KubeVirt must see vm2
+# as live-migratable (the binding's registration carries `migration`),
+# accept a VirtualMachineInstanceMigration and build the target pod as the
+# webhook and the CNI need it (vm2's queue pairs asked, vhostmq.io/queues,
+# the same vhostmq network). KubeVirt keeps a target off its source's node
+# (required anti-affinity), so with one node the target pod stays Pending
+# with the scheduler's reason. Cancelling the migration must leave vm2 as it
+# was: same pod, same port, traffic flowing, no allocation added.
+step "live migration of vm2 (one node: as far as the target pod)"
+cond() { k -n "$NS" get vmi "$1" -o json | jq -r --arg t "$2" '.status.conditions[]? | select(.type == $t) | "\(.status) \(.reason // "") \(.message // "")"'; }
+lm=$(cond vm2 LiveMigratable)
+check "vm2 is live-migratable (condition LiveMigratable: ${lm:-absent})" test "${lm%% *}" = True
+mig_pod() { # vm2's launcher pod that is not its running one
+    k -n "$NS" get pods -l "kubevirt.io=virt-launcher,vm.kubevirt.io/name=vm2" -o json |
+        jq -r --arg p "${POD[vm2]:-}" '[.items[] | select(.metadata.name != $p and .metadata.deletionTimestamp == null) | .metadata.name][0] // empty' | grep .
+}
+allocs() { find "$SOCK_DIR" -mindepth 1 -maxdepth 1 -name 'qp-*' | wc -l; }
+vm2_pings() { console vm2 || true; tr -d '\r' <"$OUT/console-vm2.log" | grep -c '^VHOSTMQ-PING ok' || true; }
+pings_before=$(vm2_pings)
+ports_before=$(ctl -o json port list | jq '.ports | length')
+allocs_before=$(allocs)
+cat >"$work/migration.yaml" <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstanceMigration
+metadata:
+  name: vm2-migration
+spec:
+  vmiName: vm2
+EOF
+if out=$(k -n "$NS" create -f "$work/migration.yaml" 2>&1); then
+    pass "VirtualMachineInstanceMigration vm2-migration accepted by virt-api"
+else
+    fail "VirtualMachineInstanceMigration vm2-migration accepted by virt-api: $out"
+fi
+T_MIG=$(vmq_now)
+if vmqc_poll 60 1 mig_pod >/dev/null; then
+    tp=$(mig_pod)
+    pass "target pod $tp created ($(vmqc_secs "$T_MIG") s)"
+    k -n "$NS" get pod "$tp" -o json >"$OUT/migration-target-pod.json"
+    tpod() { jq -r "$@" "$OUT/migration-target-pod.json"; }
+    check "target pod compute asks $RES = 2 (webhook: vm2's queue pairs)" \
+        test "$(jq -r --arg r "$RES" '.spec.containers[] | select(.name == "compute") | "\(.resources.limits[$r])/\(.resources.requests[$r])"' "$OUT/migration-target-pod.json")" = 2/2
+    check "target pod annotated vhostmq.io/queues=2" test "$(tpod '.metadata.annotations["vhostmq.io/queues"]')" = 2
+    nets() { jq -c '.metadata.annotations["k8s.v1.cni.cncf.io/networks"] | fromjson | map({name, namespace, interface})'; }
+    src_nets=$(k -n "$NS" get pod "${POD[vm2]}" -o json | nets)
+    check "target pod joins the same vhostmq network as the source ($src_nets)" \
+        test "$(nets <"$OUT/migration-target-pod.json")" = "$src_nets"
+    unsched() { # the scheduler's reason, once it gave one
+        k -n "$NS" get pod "$tp" -o json |
+            jq -r '.status.conditions[]? | select(.type == "PodScheduled" and .status == "False") | .message' | grep .
+    }
+    vmqc_poll 60 1 unsched >/dev/null || true
+    why=$(unsched || true)
+    echo "    target pod unschedulable: ${why:-no reason given}"
+    echo "    its anti-affinity: $(tpod -c '.spec.affinity.podAntiAffinity // {}' | cut -c1-300)"
+    check "target pod Pending: the scheduler names the anti-affinity to the source (one node)" \
+        grep -q -i 'anti-affinity' <<<"$why"
+    echo "    migration phase: $(k -n "$NS" get vmim vm2-migration -o jsonpath='{.status.phase}')"
+else
+    fail "target pod created (no second launcher pod for vm2 in 60 s)"
+fi
+k -n "$NS" delete vmim vm2-migration --wait=true --timeout 60s >/dev/null 2>&1 || true
+target_gone() { ! mig_pod >/dev/null; }
+check "migration cancelled (its object deleted): the target pod is gone" vmqc_poll 90 1 target_gone
+check "vm2 still Running in its pod ${POD[vm2]}" test "$(vmi_phase vm2)/$(launcher vm2)" = "Running/${POD[vm2]}"
+check "no dataplane port added or removed ($ports_before)" test "$(ctl -o json port list | jq '.ports | length')" = "$ports_before"
+check "vm2's port connected with 2 pairs enabled" port_up vm2 2
+check "no slot allocated for the target ($allocs_before allocation directories)" test "$(allocs)" = "$allocs_before"
+more_pings() { (($(vm2_pings) > pings_before + 5)); }
+check "vm2's pings to vm1 still answered" vmqc_poll 30 1 more_pings
+
 # ------------------------------------------------------------------ webhook, more shapes
 step "webhook: a virt-launcher-shaped pod with two vhostmq networks; bad annotations"
 vmi_uid=$(k -n "$NS" get vmi vm1 -o jsonpath='{.metadata.uid}')

@@ -42,6 +42,12 @@ type sidecar struct {
 
 func startSidecar(t *testing.T) *sidecar {
 	t.Helper()
+	return startSidecarWaiting(t, 300*time.Millisecond)
+}
+
+// startSidecarWaiting starts the sidecar with Config.DeviceInfoWait wait.
+func startSidecarWaiting(t *testing.T, wait time.Duration) *sidecar {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "hooks")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +58,7 @@ func startSidecar(t *testing.T) *sidecar {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "vhostmq-binding.sock")
-	srv := NewServer(Config{NetworkInfo: ni, Socket: sock, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	srv := NewServer(Config{NetworkInfo: ni, Socket: sock, DeviceInfoWait: wait, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &sidecar{done: make(chan error, 1), netInfo: ni}
 	go func() { s.done <- srv.Serve(ctx) }()
@@ -256,6 +262,60 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestWaitsForDeviceInfo: on a migration target the network-info file is
+// written after virt-launcher may already call the hook; the sidecar waits
+// (bounded) for the device-info rather than failing the migration.
+func TestWaitsForDeviceInfo(t *testing.T) {
+	s := startSidecarWaiting(t, 10*time.Second)
+	pre := read(t, "domain-kubevirt-v1.7.0.xml")
+	full := read(t, "network-info.json")
+	// the file as KubeVirt writes it before the annotation: no network-status
+	if err := os.WriteFile(s.netInfo, []byte(`{"interfaces":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		// as the kubelet writes a downward-API file: a new file renamed in place
+		tmp := s.netInfo + ".tmp"
+		if err := os.WriteFile(tmp, full, 0o644); err == nil {
+			os.Rename(tmp, s.netInfo)
+		}
+	}()
+	start := time.Now()
+	out, err := s.define(t, pre, read(t, "vmi.json"))
+	if err != nil {
+		t.Fatalf("OnDefineDomain with the device-info arriving late: %v", err)
+	}
+	if took := time.Since(start); took < 600*time.Millisecond || took > 5*time.Second {
+		t.Errorf("OnDefineDomain returned after %v, want just after the file was written (700 ms)", took)
+	}
+	if n := len(vhostUserIfaces(parse(t, out))); n != 2 {
+		t.Errorf("%d vhost-user interfaces after the wait, want 2", n)
+	}
+
+	// a device-info that never comes: the error after the bound says so
+	s = startSidecarWaiting(t, 600*time.Millisecond)
+	if err := os.WriteFile(s.netInfo, []byte(`{"interfaces":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = s.define(t, pre, read(t, "vmi.json"))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no vhost-user device-info") {
+		t.Errorf("device-info never written: %v, want FailedPrecondition naming it", err)
+	}
+	if took := time.Since(start); took < 400*time.Millisecond || took > 3*time.Second {
+		t.Errorf("gave up after %v, want about the 600 ms bound", took)
+	}
+	// bad input does not wait
+	start = time.Now()
+	if _, err := s.define(t, []byte("<domain"), read(t, "vmi.json")); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad domain XML: %v", err)
+	}
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("bad domain XML answered after %v: it must not wait", took)
+	}
+}
+
 func TestHugepagesKeepTheirBacking(t *testing.T) {
 	s := startSidecar(t)
 	d := parse(t, read(t, "domain-kubevirt-v1.7.0.xml"))
@@ -351,4 +411,15 @@ func TestValidatesWithLibvirtSchema(t *testing.T) {
 	if ok, out := validate("min.xml", []byte(x)); !ok {
 		t.Errorf("added parts do not validate:\n%s\n%s", out, x)
 	}
+}
+
+// vhostUserIfaces are d's vhost-user interfaces.
+func vhostUserIfaces(d *libvirtxml.Domain) []libvirtxml.DomainInterface {
+	var vhu []libvirtxml.DomainInterface
+	for _, i := range d.Devices.Interfaces {
+		if i.Source != nil && i.Source.VHostUser != nil {
+			vhu = append(vhu, i)
+		}
+	}
+	return vhu
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,8 @@ const (
 	DefaultPluginName  = "vhostmq"
 	DefaultNetworkInfo = "/etc/podinfo/network-info"
 	DefaultHooksDir    = "/var/run/kubevirt-hooks"
+	// DefaultDeviceInfoWait is half of virt-launcher's one minute per call.
+	DefaultDeviceInfoWait = 30 * time.Second
 )
 
 // Config is the sidecar's configuration.
@@ -39,6 +42,13 @@ type Config struct {
 	PluginName string
 	// NetworkInfo is KubeVirt's downward-API file.
 	NetworkInfo string
+	// DeviceInfoWait bounds how long OnDefineDomain waits for network-info
+	// to carry the device-info of every vhostmq interface. On a migration
+	// target KubeVirt writes the annotation behind the file only once the
+	// pod is Ready, and the kubelet refreshes the file some seconds later,
+	// while virt-launcher may already call the hook (its call has a minute).
+	// 0 = DefaultDeviceInfoWait; negative = no wait.
+	DeviceInfoWait time.Duration
 	// Socket is the hook socket, DefaultHooksDir/<HookName>.sock.
 	Socket string
 	Logger *slog.Logger
@@ -68,6 +78,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Socket == "" {
 		cfg.Socket = filepath.Join(DefaultHooksDir, cfg.HookName+".sock")
 	}
+	if cfg.DeviceInfoWait == 0 {
+		cfg.DeviceInfoWait = DefaultDeviceInfoWait
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -89,7 +102,7 @@ func (s *Server) Info(context.Context, *info.InfoParams) (*info.InfoResult, erro
 // OnDefineDomain adds the vhost-user NICs. An error fails the VM's start
 // with a message that says what is missing, rather than a VM without its
 // network.
-func (s *Server) OnDefineDomain(_ context.Context, p *v1alpha3.OnDefineDomainParams) (*v1alpha3.OnDefineDomainResult, error) {
+func (s *Server) OnDefineDomain(ctx context.Context, p *v1alpha3.OnDefineDomainParams) (*v1alpha3.OnDefineDomainResult, error) {
 	v, err := vmi.Parse(p.GetVmi())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -106,6 +119,45 @@ func (s *Server) OnDefineDomain(_ context.Context, p *v1alpha3.OnDefineDomainPar
 		}
 		log.Warn("no interface uses this binding; is it registered under another name?", "binding", s.cfg.PluginName, "vmiBindings", names)
 	}
+	out, err := s.mutate(ctx, p.GetDomainXML(), v, log)
+	if err != nil {
+		log.Error("OnDefineDomain failed", "err", err)
+		return nil, err
+	}
+	return &v1alpha3.OnDefineDomainResult{DomainXML: out}, nil
+}
+
+// mutate reads network-info and mutates the domain, reading the file again
+// (every 250 ms, for at most DeviceInfoWait and never past ctx's deadline)
+// while it is missing or lacks a vhostmq interface's device-info.
+func (s *Server) mutate(ctx context.Context, domainXML []byte, v *vmi.VMI, log *slog.Logger) ([]byte, error) {
+	deadline := time.Now().Add(s.cfg.DeviceInfoWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
+		deadline = d.Add(-time.Second)
+	}
+	start := time.Now()
+	for n := 0; ; n++ {
+		out, err := s.mutateOnce(domainXML, v, log)
+		if status.Code(err) != codes.FailedPrecondition || !time.Now().Add(250*time.Millisecond).Before(deadline) {
+			if err != nil && time.Since(start) > time.Second {
+				err = status.Errorf(status.Code(err), "%s (after waiting %.0f s for it)", status.Convert(err).Message(), time.Since(start).Seconds())
+			}
+			return out, err
+		}
+		if n == 0 {
+			log.Info("waiting for network-info to carry the device-info", "why", status.Convert(err).Message(), "for", time.Until(deadline).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// mutateOnce is one read of network-info and Mutate; what may still
+// change (the file missing, a device-info not in it) is FailedPrecondition.
+func (s *Server) mutateOnce(domainXML []byte, v *vmi.VMI, log *slog.Logger) ([]byte, error) {
 	var ni *NetworkInfo
 	if len(v.BoundTo(s.cfg.PluginName)) > 0 {
 		b, err := os.ReadFile(s.cfg.NetworkInfo)
@@ -116,16 +168,15 @@ func (s *Server) OnDefineDomain(_ context.Context, p *v1alpha3.OnDefineDomainPar
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
-	out, err := Mutate(p.GetDomainXML(), v, ni, s.cfg.PluginName, log)
+	out, err := Mutate(domainXML, v, ni, s.cfg.PluginName, log)
 	if err != nil {
 		code := codes.InvalidArgument
 		if errors.Is(err, ErrNoDeviceInfo) {
 			code = codes.FailedPrecondition
 		}
-		log.Error("OnDefineDomain failed", "err", err)
 		return nil, status.Error(code, err.Error())
 	}
-	return &v1alpha3.OnDefineDomainResult{DomainXML: out}, nil
+	return out, nil
 }
 
 // PreCloudInitIso leaves cloud-init as it is.
