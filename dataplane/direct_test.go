@@ -66,7 +66,13 @@ func TestDestinationMovesBetweenBursts(t *testing.T) {
 	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 1), frontend.Config{})
 	c := dial(t, addPort(t, d, "c", netdev.RoleServer, 1), frontend.Config{})
 	learn(t, a, b, 1)
-	c.RecvAll(0, 200*time.Millisecond) // the broadcasts learn sent
+	// c gets both broadcasts learn sent (waiting for exactly these: on a
+	// loaded machine the second one can come late)
+	for _, src := range [][6]byte{macA, macB} {
+		if got, err := c.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got[6:12], src[:]) {
+			t.Fatalf("c: learn's broadcast from %x: %x, %v", src, got, err)
+		}
+	}
 	send := func(tag string) {
 		t.Helper()
 		var burst [][]byte
@@ -95,7 +101,9 @@ func TestDestinationMovesBetweenBursts(t *testing.T) {
 	if _, err := a.Recv(0, 2*time.Second); err != nil {
 		t.Fatalf("a did not see c's broadcast: %v", err)
 	}
-	b.RecvAll(0, 100*time.Millisecond)
+	if got, err := b.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got[6:12], macB[:]) {
+		t.Fatalf("b: c's broadcast: %x, %v", got, err)
+	}
 	send("after")
 	expect(c, "c", "after")
 	if got, err := b.Recv(0, 100*time.Millisecond); err == nil {
@@ -108,7 +116,9 @@ func TestDestinationMovesBetweenBursts(t *testing.T) {
 	if _, err := a.Recv(0, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c.RecvAll(0, 100*time.Millisecond)
+	if got, err := c.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got[6:12], macB[:]) {
+		t.Fatalf("c: b's broadcast: %x, %v", got, err)
+	}
 	send("back")
 	expect(b, "b", "back")
 }
