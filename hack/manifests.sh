@@ -34,11 +34,30 @@ if [[ ! -x $helm ]]; then
     rmdir "$tmp"
 fi
 
-# the defaults, and every optional part switched on
-for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true"; do
+# the defaults, every optional part switched on, each uplink
+for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true" \
+    "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vlan=10" \
+    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp"; do
     args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
     "$helm" "${args[@]}" >/dev/null || { "$helm" "${args[@]}"; vmq_die "helm lint ${set:+--set $set }failed"; }
 done
+# values that cannot work are refused, naming the value
+while IFS='|' read -r set want; do
+    if out=$("$helm" template x charts/vhostmq --kube-version "$KUBE_VERSION" --set "$set" 2>&1 >/dev/null); then
+        vmq_die "helm template --set $set: rendered, want it refused naming $want"
+    fi
+    grep -qF "$want" <<<"$out" || vmq_die "helm template --set $set: refused without naming $want: $out"
+done <<'EOF'
+uplink.mode=af_xdp|uplink.af_xdp.interface
+uplink.mode=bogus|/uplink/mode
+networkAttachmentDefinition.uplink=tap|networkAttachmentDefinition.uplink
+uplink.mode=tap,networkAttachmentDefinition.uplink=af_xdp|networkAttachmentDefinition.uplink
+networkAttachmentDefinition.vlan=5|networkAttachmentDefinition.vlan
+networkAttachmentDefinition.vlan=5000|/networkAttachmentDefinition/vlan
+uplink.mode=tap,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.mtu=9000|networkAttachmentDefinition.mtu
+uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp,networkAttachmentDefinition.mtu=9000|networkAttachmentDefinition.mtu
+uplink.tap.name=this-name-is-too-long|/uplink/tap/name
+EOF
 
 # The plain manifests take their webhook certificate from cert-manager: a
 # chart-generated one would change on every render.

@@ -18,6 +18,14 @@
 #   env              print the cluster's environment as export lines
 #   status           daemons, node, pods, bring-up timings
 #   restart-kubelet  stop the kubelet and start it again (pods keep running)
+#   add-node         a second node, vhostmq-node2, joined to the running
+#                    cluster: its own netns (192.0.2.2, pods 198.18.0.0/24,
+#                    routed to the first node's over a veth), its own mount
+#                    namespace (its /run, /var/lib/kubelet and the other
+#                    per-node host folders are its own, the rest of the file
+#                    system is shared), containerd and kubelet; waits until
+#                    it is Ready.  down takes it down with the rest.
+#   exec2 [--] CMD   run CMD in the second node's netns and mount namespace
 #   build            packages, binaries and images only (warms the cache)
 #
 # Environment (defaults):
@@ -33,6 +41,8 @@
 #   VHOSTMQ_CLUSTER_CNI_CONFLIST=   a conflist to use instead of bridge+host-local
 #   VHOSTMQ_CLUSTER_CNI_PLUGINS=    extra CNI plugin binaries (space-separated
 #                        paths) linked into the node's CNI bin folder
+#   VHOSTMQ_CLUSTER_CNI_CONFLIST2=  add-node: the second node's conflist
+#                        (default: bridge + host-local on its pod range)
 #
 # Isolation: the node's netns holds lo and a veth pair (both ends inside, this
 # kernel has no dummy netdev) with 192.0.2.1; pods get 198.51.100.0/24,
@@ -82,6 +92,16 @@ start_proc() {
     vmq_log "started $name (pid $!)"
 }
 
+# start_proc2 NAME CMD...: start_proc in the second node's netns and mount
+# namespace
+start_proc2() {
+    local name=$1
+    shift
+    setsid nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- "$@" >>"$VMQC_LOGS/$name.log" 2>&1 </dev/null 9<&- &
+    echo "$name $!" >>"$VMQC_PIDS"
+    vmq_log "started $name (pid $!) on $VMQC_NODE2"
+}
+
 # alive PID: PID exists and is no zombie (the daemons' parent is init once up
 # has exited, and a zombie stays until init gets round to reaping it)
 alive() {
@@ -116,9 +136,9 @@ wait_for() {
 # exe_of NAME: the binary a recorded daemon must be running ("" = don't check)
 exe_of() {
     case $1 in
-        containerd | etcd) command -v "$1" ;;
+        containerd | containerd-2 | etcd) command -v "${1%-2}" ;;
         watchdog) echo "" ;;
-        *) echo "$VMQC_BIN/$1" ;;
+        *) echo "$VMQC_BIN/${1%-2}" ;;
     esac
 }
 
@@ -221,15 +241,19 @@ setup_cni() {
     vmqc_default_conflist "$CNI_CONF/10-vhostmq-cluster.conflist"
 }
 
+# write_containerd_config [FILE ROOT STATE SOCK]: the node's containerd
+# configuration (defaults: the first node's); the CNI folders are the same
+# path on every node (the second node's mount namespace has its own there)
 write_containerd_config() {
-    cat >"$VMQC_DATA/containerd.toml" <<EOF
+    local file=${1:-$VMQC_DATA/containerd.toml} root=${2:-$VMQC_DATA/containerd} state=${3:-$VMQC_RUN/containerd} sock=${4:-$VMQC_CTR_SOCK}
+    cat >"$file" <<EOF
 version = 2
-root = "$VMQC_DATA/containerd"
-state = "$VMQC_RUN/containerd"
+root = "$root"
+state = "$state"
 [grpc]
-  address = "$VMQC_CTR_SOCK"
+  address = "$sock"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$VMQC_DATA/containerd-opt"
+  path = "$root-opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$VMQC_PAUSE_IMAGE"
   # root here lacks CAP_SYS_RESOURCE: runc cannot set an oom_score_adj below
@@ -249,17 +273,20 @@ state = "$VMQC_RUN/containerd"
 EOF
 }
 
+# write_kubelet_config [FILE CGROUP_ROOT CTR_SOCK POD_LOGS]: the node's
+# kubelet configuration (defaults: the first node's)
 write_kubelet_config() {
-    cat >"$VMQC_DATA/kubelet.yaml" <<EOF
+    local file=${1:-$VMQC_DATA/kubelet.yaml} cg=${2:-$(cgroup_root)} sock=${3:-$VMQC_CTR_SOCK} logs=${4:-$VMQC_LOGS/pods}
+    cat >"$file" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroup v1 here; kubelet >= 1.35 refuses it unless told (it then only warns)
 failCgroupV1: false
 cgroupDriver: cgroupfs
-cgroupRoot: $(cgroup_root)
-containerRuntimeEndpoint: unix://$VMQC_CTR_SOCK
-imageServiceEndpoint: unix://$VMQC_CTR_SOCK
-podLogsDir: $VMQC_LOGS/pods
+cgroupRoot: $cg
+containerRuntimeEndpoint: unix://$sock
+imageServiceEndpoint: unix://$sock
+podLogsDir: $logs
 failSwapOn: false
 registerNode: true
 # a loopback-only node: whoever reaches the port may use it
@@ -287,6 +314,125 @@ start_kubelet() {
 
 node_ready() {
     [[ $(vmqc_kubectl get node "$VMQC_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+
+# ------------------------------------------------------------------ second node
+# Folders of /run that are a node's own: the second node gets empty ones
+# (KubeVirt's, vhostmq's, containerd's, the pod netns); every other folder
+# of the host's /run is bound into its /run as it is.
+NODE_OWN_RUN=(containerd kubevirt kubevirt-private kubevirt-libvirt-runtimes kubevirt-hooks
+    vhostmq k8s.cni.cncf.io netns xtables.lock)
+# host folders outside /run that are a node's own
+NODE_OWN_DIRS=(/var/lib/kubelet /var/lib/vhostmq /var/lib/cni /var/lib/kubevirt /var/lib/kubevirt-node-labeller)
+
+# node2_mount_ns: a persistent mount namespace (VMQC_N2_MNT) whose /run is a
+# tmpfs holding the host's /run folders (bound) but NODE_OWN_RUN, with
+# VMQC_RUN/cni replaced by the node's own CNI folders, NODE_OWN_DIRS bound
+# from VMQC_N2_DATA/host, all of it shared within the namespace only (the
+# kubelet's and virt-handler's Bidirectional mounts need that), nothing
+# propagated back to the host
+node2_mount_ns() {
+    local d
+    mkdir -p "$(dirname "$VMQC_N2_MNT")"
+    mount --bind "$(dirname "$VMQC_N2_MNT")" "$(dirname "$VMQC_N2_MNT")"
+    mount --make-private "$(dirname "$VMQC_N2_MNT")"
+    touch "$VMQC_N2_MNT"
+    unshare --mount="$VMQC_N2_MNT" --propagation private true
+    mkdir -p "$VMQC_N2_DATA/hostrun"
+    for d in "${NODE_OWN_DIRS[@]}"; do
+        [[ -e $d ]] || echo "$d" >>"$VMQC_N2_RUN/host-dirs-made"
+        mkdir -p "$VMQC_N2_DATA/host$d" "$d"
+    done
+    # shellcheck disable=SC2016 # expanded by the inner bash, from its arguments
+    nsenter --mount="$VMQC_N2_MNT" -- bash -euo pipefail -c '
+        own_run=" $1 "; own_dirs=$2; hostrun=$3; data=$4; cni=$5; vrun=$6
+        mount --make-rprivate /
+        mount --rbind /run "$hostrun"
+        mount -t tmpfs -o mode=0755 vhostmq-node2-run /run
+        for e in "$hostrun"/* "$hostrun"/.[!.]*; do
+            [[ -e $e || -L $e ]] || continue
+            n=${e##*/}
+            [[ $own_run == *" $n "* ]] && continue
+            if [[ -L $e ]]; then cp -P "$e" "/run/$n"
+            elif [[ -d $e ]]; then mkdir "/run/$n"; mount --rbind "$e" "/run/$n"
+            else touch "/run/$n"; mount --bind "$e" "/run/$n"; fi
+        done
+        mount --bind "$cni" "$vrun/cni"
+        for d in $own_dirs; do mount --bind "$data/host$d" "$d"; done
+        umount -l "$hostrun"
+        mount --make-rshared /
+    ' node2-mounts "${NODE_OWN_RUN[*]}" "${NODE_OWN_DIRS[*]}" "$VMQC_N2_DATA/hostrun" "$VMQC_N2_DATA" "$VMQC_N2_RUN/cni" "$VMQC_RUN"
+}
+
+# node2_net: the node's netns with a veth to the first node's: 192.0.2.2/24
+# there, the first node routes 192.0.2.2 and the node's pod range over it,
+# the node sends everything else to the first node (its Services, pods and
+# API server); nothing leaves the two namespaces
+node2_net() {
+    ip netns add "$VMQC_NETNS2"
+    echo "$VMQC_NETNS2" >>"$VMQC_RUN/netns"
+    ip -n "$VMQC_NETNS2" link set lo up
+    ip -n "$VMQC_NETNS" link add node2 type veth peer name node0 netns "$VMQC_NETNS2"
+    ip -n "$VMQC_NETNS" link set node2 up
+    ip -n "$VMQC_NETNS" route add "$VMQC_NODE2_IP/32" dev node2
+    ip -n "$VMQC_NETNS" route add "$VMQC_POD_CIDR2" via "$VMQC_NODE2_IP" dev node2
+    ip -n "$VMQC_NETNS2" addr add "$VMQC_NODE2_IP/24" dev node0
+    ip -n "$VMQC_NETNS2" link set node0 up
+    ip -n "$VMQC_NETNS2" route add default via "$VMQC_NODE_IP" dev node0
+    ip netns exec "$VMQC_NETNS" sysctl -qw net.ipv4.ip_forward=1
+    ip netns exec "$VMQC_NETNS2" sysctl -qw net.ipv4.ip_forward=1
+}
+
+node2_ready() {
+    [[ $(vmqc_kubectl get node "$VMQC_NODE2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+
+cmd_add_node() {
+    local t0 cg p conflist=${VHOSTMQ_CLUSTER_CNI_CONFLIST2:-}
+    vmq_need_root
+    vmqc_is_up || vmq_die "the cluster is not up (run '$SELF up' first)"
+    take_lock 60
+    vmqc_has_node2 && vmq_die "$VMQC_NODE2 is already up"
+    [[ -e /run/netns/$VMQC_NETNS2 ]] && vmq_die "netns $VMQC_NETNS2 exists; run '$SELF down' first"
+    t0=$(vmq_now)
+    mkdir -p "$VMQC_N2_RUN/cni/bin" "$VMQC_N2_RUN/cni/net.d" "$VMQC_N2_RUN/cni/ipam" "$VMQC_N2_DATA" "$VMQC_LOGS/pods-node2"
+    for p in /usr/lib/cni/*; do ln -sf "$p" "$VMQC_N2_RUN/cni/bin/"; done
+    for p in $CNI_PLUGINS; do ln -sf "$(readlink -f "$p")" "$VMQC_N2_RUN/cni/bin/$(basename "$p")"; done
+    if [[ -n $conflist ]]; then
+        cp "$conflist" "$VMQC_N2_RUN/cni/net.d/"
+    else
+        vmqc_default_conflist "$VMQC_N2_RUN/cni/net.d/10-vhostmq-cluster.conflist" "$VMQC_POD_CIDR2"
+    fi
+    node2_net
+    node2_mount_ns
+    cg=$(cgroup_root)-2
+    make_cgroups "$cg"
+    echo "$cg" >"$VMQC_N2_RUN/cgroup-root"
+    # the API server as the second node sees it
+    sed "s#https://127.0.0.1:6443#https://$VMQC_NODE_IP:6443#" "$VMQC_KUBECONFIG" >"$VMQC_N2_DATA/kubeconfig"
+    chmod 600 "$VMQC_N2_DATA/kubeconfig"
+    write_containerd_config "$VMQC_N2_DATA/containerd.toml" "$VMQC_N2_DATA/containerd" "$VMQC_N2_RUN/containerd" "$VMQC_N2_CTR_SOCK"
+    write_kubelet_config "$VMQC_N2_DATA/kubelet.yaml" "$cg" "$VMQC_N2_CTR_SOCK" "$VMQC_LOGS/pods-node2"
+    start_proc2 containerd-2 containerd --config "$VMQC_N2_DATA/containerd.toml"
+    wait_for containerd-2 30 ctr -a "$VMQC_N2_CTR_SOCK" version
+    for p in "$VMQC_IMAGES"/*.tar; do
+        timeout 60 ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io images import "$p" >/dev/null || vmq_die "importing $p into $VMQC_NODE2's containerd"
+    done
+    start_proc2 kubelet-2 "$VMQC_BIN/kubelet" --config "$VMQC_N2_DATA/kubelet.yaml" \
+        --kubeconfig "$VMQC_N2_DATA/kubeconfig" --root-dir "$VMQC_KUBELET_ROOT" \
+        --hostname-override "$VMQC_NODE2" --node-ip "$VMQC_NODE2_IP" --v 2
+    wait_for kubelet-2 90 nsenter --net="/run/netns/$VMQC_NETNS2" -- curl -fs http://127.0.0.1:10248/healthz
+    wait_for kubelet-2 120 node2_ready
+    echo "export VHOSTMQ_CLUSTER_NODE2=$VMQC_NODE2" >>"$VMQC_RUN/env"
+    vmq_log "node $VMQC_NODE2 is Ready after $(vmqc_secs "$t0") s (netns $VMQC_NETNS2, mount namespace $VMQC_N2_MNT)"
+}
+
+cmd_exec2() {
+    vmqc_has_node2 || vmq_die "there is no second node (run '$SELF add-node')"
+    [[ ${1:-} == -- ]] && shift
+    (($#)) || vmq_die "exec2 needs a command"
+    exec nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- env PATH="$VMQC_BIN:$VMQC_TOOLS:$PATH" \
+        CONTAINER_RUNTIME_ENDPOINT="unix://$VMQC_N2_CTR_SOCK" KUBECONFIG="$VMQC_N2_DATA/kubeconfig" "$@"
 }
 
 # ------------------------------------------------------------------ commands
@@ -444,8 +590,16 @@ stop_pods() {
         # no kubelet: remove the sandboxes through CRI ourselves
         timeout 60 "$VMQC_TOOLS/crictl" -r "unix://$VMQC_CTR_SOCK" rmp -af >/dev/null 2>&1 || true
     fi
+    kpid=$(vmqc_pid kubelet-2)
+    if [[ -S $VMQC_N2_CTR_SOCK ]] && { [[ -z $kpid ]] || ! alive "$kpid"; } && [[ -x $VMQC_TOOLS/crictl ]]; then
+        timeout 60 nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- \
+            "$VMQC_TOOLS/crictl" -r "unix://$VMQC_N2_CTR_SOCK" rmp -af >/dev/null 2>&1 || true
+    fi
     for ((i = 0; i < 60; i++)); do
-        [[ -z $(ctr -a "$VMQC_CTR_SOCK" -n k8s.io tasks ls -q 2>/dev/null) ]] && return 0
+        if [[ -z $(ctr -a "$VMQC_CTR_SOCK" -n k8s.io tasks ls -q 2>/dev/null) ]] &&
+            { [[ ! -S $VMQC_N2_CTR_SOCK ]] || [[ -z $(ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io tasks ls -q 2>/dev/null) ]]; }; then
+            return 0
+        fi
         sleep 1
     done
     vmq_log "pods still running after 60 s; their processes will be killed"
@@ -481,13 +635,15 @@ cmd_down() {
     # state folder; kill a PID only if it still is a shim, or is in our cgroups
     cg=$(cat "$VMQC_RUN/cgroup-root" 2>/dev/null) || cg=$(cgroup_root)
     for f in "$VMQC_RUN"/containerd/io.containerd.runtime.v2.task/*/*/init.pid \
-        "$VMQC_RUN"/containerd/io.containerd.runtime.v2.task/*/*/shim.pid; do
+        "$VMQC_RUN"/containerd/io.containerd.runtime.v2.task/*/*/shim.pid \
+        "$VMQC_N2_RUN"/containerd/io.containerd.runtime.v2.task/*/*/init.pid \
+        "$VMQC_N2_RUN"/containerd/io.containerd.runtime.v2.task/*/*/shim.pid; do
         [[ -f $f ]] || continue
         pid=$(cat "$f")
         alive "$pid" || continue
         case $f in
             */shim.pid) [[ $(readlink "/proc/$pid/exe") == */containerd-shim-runc-v2 ]] || continue ;;
-            */init.pid) grep -qF "$cg/" "/proc/$pid/cgroup" || continue ;;
+            */init.pid) grep -qF -e "$cg/" -e "$cg-2/" "/proc/$pid/cgroup" || continue ;;
         esac
         vmq_log "killing leftover $(basename "$f" .pid) pid $pid"
         kill -KILL "$pid"
@@ -504,7 +660,14 @@ cmd_down() {
         umount "$f" 2>/dev/null
         rm -f "$f"
     done
-    [[ -f $VMQC_RUN/netns ]] && ip netns del "$(cat "$VMQC_RUN/netns")" 2>/dev/null
+    if [[ -f $VMQC_RUN/netns ]]; then
+        while read -r f; do ip netns del "$f" 2>/dev/null; done <"$VMQC_RUN/netns"
+    fi
+    # the second node's mount points on the host (empty: its files were in
+    # its own folders), when add-node made them
+    if [[ -f $VMQC_N2_RUN/host-dirs-made ]]; then
+        while read -r f; do rmdir "$f" 2>/dev/null; done <"$VMQC_N2_RUN/host-dirs-made"
+    fi
     if [[ -f $VMQC_RUN/cgroups ]]; then
         while read -r d; do
             [[ -d $d ]] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -584,6 +747,8 @@ case ${1:-} in
     env) vmqc_is_up || vmq_die "the cluster is not up"; cat "$VMQC_RUN/env" ;;
     status) cmd_status ;;
     restart-kubelet) cmd_restart_kubelet ;;
+    add-node) cmd_add_node ;;
+    exec2) shift; cmd_exec2 "$@" ;;
     build) take_lock 10; cmd_build ;;
     -h | --help | help) vmq_usage "$SELF" ;;
     *) vmq_usage "$SELF" >&2; exit 2 ;;

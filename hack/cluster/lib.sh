@@ -41,6 +41,16 @@ VMQC_CTR_SOCK=$VMQC_RUN/containerd/containerd.sock
 VMQC_PIDS=$VMQC_RUN/pids
 VMQC_KUBECONFIG=$VMQC_DATA/admin.kubeconfig
 VMQC_KUBELET_ROOT=/var/lib/kubelet
+# a second node (cluster.sh add-node): its own netns, mount namespace,
+# containerd, kubelet and pod range, joined to the first node's API server
+VMQC_NODE2=vhostmq-node2
+VMQC_NODE2_IP=192.0.2.2
+VMQC_POD_CIDR2=198.18.0.0/24      # RFC 2544 benchmarking range, only in the netns
+VMQC_NETNS2=$VMQC_NETNS-2
+VMQC_N2_RUN=$VMQC_RUN/node2       # its containerd socket and state, mount ns file
+VMQC_N2_DATA=$VMQC_DATA/node2     # its containerd root, kubelet root, per-node host folders
+VMQC_N2_CTR_SOCK=$VMQC_N2_RUN/containerd/containerd.sock
+VMQC_N2_MNT=$VMQC_N2_RUN/ns/mnt
 VMQC_PAUSE_IMAGE=localhost/vhostmq/pause:dev
 VMQC_BUSYBOX_IMAGE=localhost/vhostmq/busybox:dev
 
@@ -53,6 +63,9 @@ vmqc_kubectl() {
 }
 vmqc_ctr() { timeout 60 ctr -a "$VMQC_CTR_SOCK" -n k8s.io "$@"; }
 vmqc_is_up() { [[ -s $VMQC_RUN/env ]]; }
+vmqc_has_node2() { [[ -S $VMQC_N2_CTR_SOCK ]]; }
+# vmqc_in_node2 CMD...: run CMD in the second node's netns and mount namespace
+vmqc_in_node2() { nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- "$@"; }
 # vmqc_pid NAME: the recorded PID of daemon NAME ("" when none)
 vmqc_pid() { awk -v n="$1" '$1 == n { p = $2 } END { print p }' "$VMQC_PIDS" 2>/dev/null; }
 # vmqc_secs T0: seconds since a vmq_now stamp, 1 decimal
@@ -245,16 +258,22 @@ vmqc_base_images() {
     fi
 }
 
-# vmqc_import TARBALL...: import into the cluster's containerd (k8s.io namespace)
+# vmqc_import TARBALL...: import into the cluster's containerd (k8s.io
+# namespace), and the second node's when there is one
 vmqc_import() {
     local f
     for f in "$@"; do
         vmqc_ctr images import "$f" >/dev/null || vmq_die "ctr images import $f failed"
+        if [[ $VMQC_CTR_SOCK == "$VMQC_RUN/containerd/containerd.sock" ]] && vmqc_has_node2; then
+            timeout 60 ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io images import "$f" >/dev/null ||
+                vmq_die "ctr images import $f into $VMQC_NODE2's containerd failed"
+        fi
     done
 }
 
-# vmqc_default_conflist FILE: the node's default pod network (bridge +
-# host-local on VMQC_POD_CIDR), what cluster.sh uses unless given a conflist
+# vmqc_default_conflist FILE [SUBNET]: a node's default pod network (bridge
+# + host-local on SUBNET, default VMQC_POD_CIDR), what cluster.sh uses
+# unless given a conflist
 vmqc_default_conflist() {
     cat >"$1" <<EOF
 {
@@ -268,7 +287,7 @@ vmqc_default_conflist() {
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$VMQC_POD_CIDR"}]],
+        "ranges": [[{"subnet": "${2:-$VMQC_POD_CIDR}"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$VMQC_RUN/cni/ipam"
       }
@@ -278,11 +297,14 @@ vmqc_default_conflist() {
 EOF
 }
 
-# vmqc_multus_lite_conflists DIR LOG: DIR/00-multus-lite.conflist (the
-# Multus stand-in as the node's CNI, state in DIR/state, log LOG) and the
-# default network it delegates to, DIR/default.conflist
+# vmqc_multus_lite_conflists DIR LOG [KUBECONFIG SUBNET]: DIR/00-multus-lite.conflist
+# (the Multus stand-in as the node's CNI, state in DIR/state, log LOG, the
+# API server through KUBECONFIG, default the first node's) and the default
+# network it delegates to, DIR/default.conflist (pods on SUBNET, default
+# VMQC_POD_CIDR)
 vmqc_multus_lite_conflists() {
-    vmqc_default_conflist "$1/default.conflist"
+    mkdir -p "$1"
+    vmqc_default_conflist "$1/default.conflist" "${4:-$VMQC_POD_CIDR}"
     cat >"$1/00-multus-lite.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -290,7 +312,7 @@ vmqc_multus_lite_conflists() {
   "plugins": [
     {
       "type": "multus-lite",
-      "kubeconfig": "$VMQC_KUBECONFIG",
+      "kubeconfig": "${3:-$VMQC_KUBECONFIG}",
       "clusterNetwork": "$1/default.conflist",
       "stateDir": "$1/state",
       "logFile": "$2"

@@ -186,12 +186,17 @@ EOF
 # kubelet's /proc/<pid> (same host namespaces, accessible) over /proc/1 in
 # this container's own mount namespace.  A no-op where /proc/1/root is
 # readable.
+# With several nodes on one machine (hack/cluster add-node), the kubelet is
+# the one serving this pod's node (NODE_NAME, its --hostname-override): its
+# mount namespace holds that node's /var/lib/kubelet and /run.
 if ! ls /proc/1/root/ >/dev/null 2>&1; then
     for p in /proc/[0-9]*; do
-        if [ "$(cat "$p/comm" 2>/dev/null)" = kubelet ]; then
-            mount --bind "$p" /proc/1 && echo "virt-handler shim: bound $p over /proc/1" >&2
-            break
+        [ "$(cat "$p/comm" 2>/dev/null)" = kubelet ] || continue
+        if [ -n "${NODE_NAME:-}" ] && ! tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qx -- "$NODE_NAME"; then
+            continue
         fi
+        mount --bind "$p" /proc/1 && echo "virt-handler shim: bound $p (the kubelet of ${NODE_NAME:-this node}) over /proc/1" >&2
+        break
     done
 fi
 exec /usr/bin/virt-handler.bin "$@"

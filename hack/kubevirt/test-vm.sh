@@ -105,6 +105,15 @@ HELM_SET=(--set "paths.cniBinDir=$NODE_CNI_BIN" --set "paths.cniConfDir=$NODE_CN
     --set dataplane.logLevel=debug --set dataplane.watchdog.ringDumpSeconds=10)
 # (debug: every vhost-user message QEMU sends, with its ring and values, and
 # every TX ring's indices every 10 s, in $OUT/dataplane-*.log)
+# With the test bed's second node (testbed.sh up --nodes 2) a VM migrates
+# to it: the two nodes' dataplanes are joined by their tap uplinks, each on
+# a bridge in its node's netns, the bridges joined by a veth, as a real
+# cluster's node network would join them.
+TWO_NODES=0
+if vmqc_has_node2; then
+    TWO_NODES=1
+    HELM_SET+=(--set uplink.mode=tap --set uplink.tap.attach=vmq-br --set networkAttachmentDefinition.uplink=tap)
+fi
 FOLLOWERS=() # log followers (follow_dataplane, follow_logs), ended at exit
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 VM_TIMEOUT=${VHOSTMQ_KUBEVIRT_VM_TIMEOUT:-420}
@@ -130,6 +139,13 @@ restore_testbed() {
         k -n kubevirt patch kubevirt kubevirt --type merge --patch-file "$VMKV_RUN/kubevirt-binding.yaml" >/dev/null
 }
 ctl() { timeout 20 "$BIN_DIR/vhostmqctl" --socket "$API_SOCK" "$@"; }
+# ctl2: vhostmqctl against the second node's agent (its /run is its own)
+ctl2() { timeout 20 nsenter --mount="$VMQC_N2_MNT" -- "$BIN_DIR/vhostmqctl" --socket "$API_SOCK" "$@"; }
+# node_pod_name NODE: the vhostmq node pod on NODE (not one being deleted)
+node_pod_name() {
+    k -n "$DS_NS" get pods -l app.kubernetes.io/component=node --field-selector "spec.nodeName=$1" -o json 2>/dev/null |
+        jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.name // ""'
+}
 crictl() { timeout 30 "$VMQC_TOOLS/crictl" --config "$VMQC_RUN/crictl.yaml" "$@"; }
 step_t0=$(vmq_now)
 step() { step_t0=$(vmq_now); echo "--- $*"; }
@@ -192,6 +208,12 @@ cleanup() {
         fi
         k delete ns "$DS_NS" --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1
         restore_testbed
+        if ((TWO_NODES)); then
+            k uncordon "$VMQC_NODE2" >/dev/null 2>&1
+            ip -n "$VMQC_NETNS" link del vmq-up 2>/dev/null
+            ip -n "$VMQC_NETNS" link del vmq-br 2>/dev/null
+            ip -n "$VMQC_NETNS2" link del vmq-br 2>/dev/null
+        fi
     fi
     rm -rf "$work"
     exit "$rc"
@@ -212,6 +234,21 @@ k apply -f "$VMKV_DIR/../cluster/manifests/nad-crd.yaml" >/dev/null # Multus' CR
 k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
 vmqc_import "$VMKV_GUEST_TAR" # the guest kernel-boot image as images.sh made it last
 
+# the uplinks' network: a bridge in each node's netns, joined by a veth; the
+# VMs start on the first node (the second is cordoned until the migration)
+if ((TWO_NODES)); then
+    for ns in "$VMQC_NETNS" "$VMQC_NETNS2"; do
+        ip -n "$ns" link show vmq-br >/dev/null 2>&1 || ip -n "$ns" link add vmq-br type bridge
+        ip -n "$ns" link set vmq-br up
+    done
+    if ! ip -n "$VMQC_NETNS" link show vmq-up >/dev/null 2>&1; then
+        ip -n "$VMQC_NETNS" link add vmq-up type veth peer name vmq-up netns "$VMQC_NETNS2"
+    fi
+    ip -n "$VMQC_NETNS" link set vmq-up master vmq-br up
+    ip -n "$VMQC_NETNS2" link set vmq-up master vmq-br up
+    k cordon "$VMQC_NODE2" >/dev/null
+fi
+
 # ------------------------------------------------------------------ helm install
 # The README's quick start, with the test bed's paths: its node keeps CNI
 # binaries and configuration under $VMQC_RUN/cni, not /opt/cni/bin and
@@ -230,11 +267,11 @@ else
 fi
 ds_ready() { k -n "$DS_NS" wait --for=condition=Ready pod -l app.kubernetes.io/component=node --timeout 5s >/dev/null 2>&1; }
 check "DaemonSet pod Ready (dataplane, deviceplugin, cni)" vmqc_poll 90 1 ds_ready
-# follow_dataplane: keep the node pod's dataplane log in $OUT while it lives
+# follow_dataplane [NODE]: keep the node pod's dataplane log in $OUT while
+# it lives (default: the first node's)
 follow_dataplane() {
     local p
-    p=$(k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o json 2>/dev/null |
-        jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.name // ""') || return 0
+    p=$(node_pod_name "${1:-$VMQC_NODE}") || return 0
     [[ -n $p ]] || return 0
     (
         exec nsenter --net="/run/netns/$VMQC_NETNS" -- env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
@@ -243,6 +280,7 @@ follow_dataplane() {
     FOLLOWERS+=($!)
 }
 follow_dataplane
+((TWO_NODES)) && follow_dataplane "$VMQC_NODE2"
 alloc() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
 check "node allocatable $RES = 8 (2 CPUs x 4 slots)" vmqc_poll 60 0.5 alloc 8
 check "the init container installed vhostmq-cni into the node's CNI bin dir (same bytes as bin/)" \
@@ -509,7 +547,7 @@ done
 # the README's way: vhostmqctl inside the node pod
 in_pod_list() {
     local out
-    out=$(k -n "$DS_NS" exec "ds/$RELEASE" -c dataplane -- vhostmqctl port list 2>&1) || return 1
+    out=$(k -n "$DS_NS" exec "$(node_pod_name "$VMQC_NODE")" -c dataplane -- vhostmqctl port list 2>&1) || return 1
     while IFS= read -r l; do echo "    $l"; done <<<"$out"
     grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm1]:-[]}")" <<<"$out" && grep -qF "$(jq -r '.[0].id' <<<"${PORT[vm2]:-[]}")" <<<"$out"
 }
@@ -631,6 +669,84 @@ check "no slot allocated for the target ($allocs_before allocation directories)"
 more_pings() { (($(vm2_pings) > pings_before + 5)); }
 check "vm2's pings to vm1 still answered" vmqc_poll 30 1 more_pings
 
+# ------------------------------------------------------------------ live migration to the second node
+# With the second node: vm3 (1 vCPU) receives a MIG_MB MiB file from vm4
+# (1 vCPU), which pings vm3 every 10 ms meanwhile; one second into the
+# transfer vm3 migrates to the second node (a VirtualMachineInstanceMigration,
+# what virtctl migrate makes). The file's sha256 in vm3 after the migration
+# must equal vm4's (a page the dataplane wrote and did not log would
+# corrupt it or stall TCP); the longest ping gap, the migration's time and
+# libvirt's downtime are printed; vm3's port is then on the second node's
+# dataplane with its MAC, the first node's port of it is gone, and its
+# frames cross the uplinks.
+MIG_MB=${VHOSTMQ_KUBEVIRT_MIGRATE_MB:-200}
+if ((TWO_NODES)); then
+    step "vm3 receives a ${MIG_MB} MiB file from vm4 and migrates to $VMQC_NODE2 meanwhile"
+    boot_vm vm3 1 512Mi 1 "vmq.ip=10.0.0.3/24 vmq.queues=1 vmq.role=recvfile,idle vmq.fileport=5000" || true
+    boot_vm vm4 1 768Mi 1 "vmq.ip=10.0.0.4/24 vmq.peer=10.0.0.3 vmq.queues=1 vmq.role=sendfile,idle vmq.filemb=$MIG_MB vmq.fileport=5000 vmq.interval=0.01 vmq.tail=5" || true
+    src_pod=${POD[vm3]:-}
+    src_port=$(port_of vm3)
+    k uncordon "$VMQC_NODE2" >/dev/null
+    if [[ -n $src_pod && -n ${POD[vm4]:-} ]] && wait_console vm4 '^VHOSTMQ-RESULT sendfile-start ' 300; then
+        sleep 1
+        sed 's/vm2/vm3/g' "$work/migration.yaml" >"$work/migration-vm3.yaml"
+        T_MIG=$(vmq_now)
+        if out=$(k -n "$NS" create -f "$work/migration-vm3.yaml" 2>&1); then
+            pass "VirtualMachineInstanceMigration vm3-migration created while the file streams"
+        else
+            fail "VirtualMachineInstanceMigration vm3-migration: $out"
+        fi
+        mig_done() { [[ $(k -n "$NS" get vmim vm3-migration -o jsonpath='{.status.phase}') == @(Succeeded|Failed) ]]; }
+        vmqc_poll 600 1 mig_done || true
+        T[mig]=$(vmqc_secs "$T_MIG")
+        k -n "$NS" get vmim vm3-migration -o json >"$OUT/migration-vm3.json" 2>&1 || true
+        k -n "$NS" get vmi vm3 -o json >"$OUT/vmi-vm3-after-migration.json" 2>&1 || true
+        ms() { jq -r "$1" "$OUT/vmi-vm3-after-migration.json"; }
+        phase=$(jq -r '.status.phase' "$OUT/migration-vm3.json")
+        check "migration vm3 -> $VMQC_NODE2: phase $phase (${T[mig]} s after it was created)" test "$phase" = Succeeded
+        check "vm3 runs on $VMQC_NODE2 now (status.nodeName $(ms .status.nodeName))" test "$(ms .status.nodeName)" = "$VMQC_NODE2"
+        check "migrationState: completed, not failed ($(ms -c '.status.migrationState | {completed, failed, mode, startTimestamp, endTimestamp}'))" \
+            test "$(ms '"\(.status.migrationState.completed)/\(.status.migrationState.failed // false)"')" = true/false
+        T[mig_window]=$(ms '.status.migrationState | ((.endTimestamp | fromdate) - (.startTimestamp | fromdate))' 2>/dev/null || echo -)
+        POD[vm3]=$(ms '.status.migrationState.targetPod // ""')
+        follow_logs vm3 "${POD[vm3]}"
+        # libvirt's statistics of the finished job on the target: the downtime
+        jobinfo=$(k -n "$NS" exec "${POD[vm3]}" -c compute -- \
+            virsh -c 'qemu+unix:///session?socket=/var/run/libvirt/virtqemud-sock' domjobinfo --completed "${NS}_vm3" 2>&1 || true)
+        echo "$jobinfo" >"$OUT/migration-vm3-jobinfo.txt"
+        T[mig_downtime]=$(awk -F: '/^Total downtime/ { gsub(/ /, "", $2); print $2 }' <<<"$jobinfo")
+        T[mig_data]=$(awk -F: '/^(Data|Memory) processed/ { gsub(/^ +/, "", $2); print $2; exit }' <<<"$jobinfo")
+        echo "    migration: window ${T[mig_window]} s (migrationState), downtime ${T[mig_downtime]:-?} (libvirt), data ${T[mig_data]:-?}; $OUT/migration-vm3-jobinfo.txt"
+        # the port moved: on the second node's dataplane with vm3's MAC, gone from the first node's
+        port2() { ctl2 -o json port list | jq -c --arg p "${POD[vm3]}" '[.ports[] | select(.labels["k8s.pod.name"] == $p)]'; }
+        port2_up() { [[ $(port2 | jq -r '.[0].status | "\(.connected)/\(.enabled_pairs)"') == true/1 ]]; }
+        check "vm3's port on $VMQC_NODE2's dataplane, connected, 1 pair enabled" vmqc_poll 60 1 port2_up
+        check "it carries vm3's MAC $(jq -r '.[0].mac' <<<"$src_port")" test "$(port2 | jq -r '.[0].mac')" = "$(jq -r '.[0].mac' <<<"$src_port")"
+        src_gone() { [[ $(ctl -o json port list | jq --arg p "$src_pod" '[.ports[] | select(.labels["k8s.pod.name"] == $p)] | length') == 0 ]]; }
+        check "the source pod's port is gone from $VMQC_NODE's dataplane (the source pod ended, CNI DEL)" vmqc_poll 120 1 src_gone
+        # the transfer's end: vm4's sendfile result (its pings), vm3's hash on the target's console
+        if wait_console vm4 '^VHOSTMQ-RESULT pings ' 600; then
+            check "vm4 sent the file (rc=$(res vm4 sendfile rc), $(res vm4 sendfile secs) s)" test "$(res vm4 sendfile rc)" = 0
+            T[mig_gap]=$(res vm4 pings max_gap_ms)
+            echo "    vm4 -> vm3 pings every 10 ms: $(vmq_result_line "$OUT/console-vm4.log" pings)"
+            check "vm4's pings answered after the migration (last seq $(res vm4 pings last_seq) of $(res vm4 pings sent))" \
+                test "$(res vm4 pings last_seq)" -gt $(($(res vm4 pings sent) - 200)) 2>/dev/null
+        else
+            fail "vm4 finished sending the file"
+        fi
+        if wait_console vm3 '^VHOSTMQ-RESULT recvfile ' 300; then
+            check "vm3's file after the migration has vm4's sha256 ($(res vm3 recvfile sha256 | cut -c1-16)...)" \
+                test "$(res vm3 recvfile sha256)" = "$(res vm4 sendfile-ready sha256)"
+        else
+            fail "vm3 reports the received file's hash (target pod ${POD[vm3]}'s console)"
+        fi
+    else
+        fail "vm4 started sending the file to vm3"
+    fi
+    k -n "$NS" delete vm vm3 vm4 --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    k cordon "$VMQC_NODE2" >/dev/null
+fi
+
 # ------------------------------------------------------------------ webhook, more shapes
 step "webhook: a virt-launcher-shaped pod with two vhostmq networks; bad annotations"
 vmi_uid=$(k -n "$NS" get vmi vm1 -o jsonpath='{.metadata.uid}')
@@ -675,7 +791,7 @@ check "rebuilt image $IMAGE_REPO:upgrade ($(digest "$IMAGE_REPO:upgrade" | cut -
 pings() { console vm2 || true; tr -d '\r' <"$OUT/console-vm2.log" | grep -c '^VHOSTMQ-PING ok' || true; }
 wait_console vm2 '^VHOSTMQ-PING ok' 60 || true
 n0=$(pings)
-node_pod() { k -n "$DS_NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{range .items[*]}{.metadata.uid} {.spec.containers[0].image} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'; }
+node_pod() { k -n "$DS_NS" get pods -l app.kubernetes.io/component=node --field-selector "spec.nodeName=$VMQC_NODE" -o jsonpath='{range .items[*]}{.metadata.uid} {.spec.containers[0].image} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}'; }
 old_pod=$(node_pod | awk '{ print $1 }')
 T_UP=$(vmq_now)
 if h upgrade "$RELEASE" "$CHART" --namespace "$DS_NS" --reuse-values --set image.tag=upgrade --wait --timeout 5m \
@@ -766,6 +882,7 @@ for vm in vm1 vm2; do
 done
 echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG)"
 echo "delete -> launcher pods gone ${T[pods_gone]:--} s, allocations reclaimed ${T[reclaim]:--} s"
+((TWO_NODES)) && echo "live migration of vm3 to $VMQC_NODE2 while it received ${MIG_MB} MiB: ${T[mig]:--} s from the migration object to Succeeded, migration window ${T[mig_window]:--} s, downtime ${T[mig_downtime]:--} (libvirt), ${T[mig_data]:--} moved, longest gap between vm4's pings (every 10 ms) ${T[mig_gap]:--} ms"
 echo "helm upgrade to a rebuilt image: ${T[upgrade]:--} s until both ports were back; longest gap between vm2's pings (every 0.2 s) ${T[upgrade_gap]:--} s"
 echo "helm uninstall -> no pod left ${T[uninstall]:--} s"
 echo "whole test $(vmqc_secs "$T_TEST") s; guest consoles and logs in $OUT"

@@ -3,7 +3,7 @@
 # -launcher; QEMU under TCG: useEmulation) on the project's one-node cluster
 # (hack/cluster/cluster.sh), with vhostmq's network binding registered.
 #
-# Usage: hack/kubevirt/testbed.sh up|down|status
+# Usage: hack/kubevirt/testbed.sh up [--nodes 2]|down|status
 #   up      build.sh and images.sh (no-ops when cached), the project's
 #           binaries (make build) and multus-lite; cluster.sh up with
 #           multus-lite as the node's CNI (a Multus stand-in: Multus is not
@@ -15,6 +15,9 @@
 #           bin/vhostmq-kubevirt-binding by hack/cluster/images.sh); waits
 #           until KubeVirt is Available.  A cluster that is already up is
 #           used only if this script started it (same CNI folder).
+#           --nodes 2: a second node as well (cluster.sh add-node) with its
+#           own multus-lite configuration and kube-proxy: virt-handler and
+#           the vhostmq DaemonSet run on both, a VM can migrate between them
 #   down    stop kube-proxy (by PID), cluster.sh down (if up started the
 #           cluster), unmount and remove the host folders KubeVirt made, set
 #           / back to private if up made it shared
@@ -149,6 +152,36 @@ stop_kube_proxy() {
         vmq_log "stopped kube-proxy (pid $p)"
     fi
     rm -f "$VMKV_RUN/kube-proxy.pid"
+    p=$(cat "$VMKV_RUN/kube-proxy-2.pid" 2>/dev/null || true)
+    if [[ -n $p && $(readlink -f "/proc/$p/exe" 2>/dev/null) == "$(readlink -f "$VMKV_KUBE_PROXY")" ]]; then
+        kill -TERM "$p" 2>/dev/null || true
+        vmq_log "stopped the second node's kube-proxy (pid $p)"
+    fi
+    rm -f "$VMKV_RUN/kube-proxy-2.pid"
+}
+
+# ------------------------------------------------------------------ second node
+# add_node2: cluster.sh add-node with multus-lite as its CNI (its own
+# state, log, pod range, and the API server's address as that node sees
+# it), kube-proxy in its netns, vhostmq-cni beside multus-lite
+add_node2() {
+    if vmqc_has_node2; then
+        vmq_log "the second node is up"
+    else
+        vmqc_multus_lite_conflists "$CNI_DIR/node2" "$VMQC_LOGS/multus-lite-node2.log" "$VMQC_N2_DATA/kubeconfig" "$VMQC_POD_CIDR2"
+        VHOSTMQ_CLUSTER_CNI_CONFLIST2=$CNI_DIR/node2/00-multus-lite.conflist \
+            VHOSTMQ_CLUSTER_CNI_PLUGINS="$CNI_DIR/bin/multus-lite $CNI_DIR/bin/vhostmq-cni" "$CLUSTER" add-node 8<&-
+    fi
+    [[ -s $VMKV_RUN/kube-proxy-2.pid ]] && return 0
+    setsid nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- "$VMKV_KUBE_PROXY" \
+        --kubeconfig "$VMQC_N2_DATA/kubeconfig" --hostname-override "$VMQC_NODE2" \
+        --proxy-mode iptables --cluster-cidr "$VMQC_POD_CIDR2" --conntrack-max-per-core 0 \
+        --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 \
+        >>"$VMQC_LOGS/kube-proxy-node2.log" 2>&1 </dev/null 8<&- 9<&- &
+    echo $! >"$VMKV_RUN/kube-proxy-2.pid"
+    vmqc_poll 60 0.5 nsenter --net="/run/netns/$VMQC_NETNS2" -- curl -fs http://127.0.0.1:10256/healthz >/dev/null ||
+        { tail -n 20 "$VMQC_LOGS/kube-proxy-node2.log" >&2; vmq_die "the second node's kube-proxy is not healthy"; }
+    vmq_log "second node $VMQC_NODE2 up with kube-proxy (pid $(cat "$VMKV_RUN/kube-proxy-2.pid"))"
 }
 
 # ------------------------------------------------------------------ KubeVirt
@@ -267,7 +300,12 @@ apply_fixes() {
 kv_available() { k -n kubevirt wait kv/kubevirt --for condition=Available --timeout 5s >/dev/null 2>&1; }
 
 cmd_up() {
-    local t0 t d
+    local t0 t d nodes=1
+    case ${1:-} in
+        --nodes) nodes=${2:-}; [[ $nodes == 1 || $nodes == 2 ]] || vmq_die "--nodes: 1 or 2" ;;
+        "") ;;
+        *) vmq_die "up: unknown argument $1" ;;
+    esac
     vmq_need_root
     t0=$(vmq_now)
     "$HERE/build.sh"
@@ -281,6 +319,7 @@ cmd_up() {
     fi
     t=$(vmq_now)
     cluster_up
+    ((nodes == 1)) || add_node2
     T_CLUSTER=$(vmqc_secs "$t")
     t=$(vmq_now)
     vmqc_import "$VMKV_IMAGE_TAR" "$VMKV_GUEST_TAR"
@@ -356,7 +395,7 @@ cmd_status() {
 }
 
 case ${1:-} in
-    up) cmd_up ;;
+    up) shift; cmd_up "$@" ;;
     down) cmd_down ;;
     status) cmd_status ;;
     -h | --help | help) vmq_usage "$0" ;;

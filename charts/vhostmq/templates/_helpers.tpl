@@ -21,3 +21,26 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Values.image.repository }}/kubevirt-binding:{{ .Values.image.tag }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+vhostmq.checkUplink refuses uplink values that cannot work, naming the value.
+*/}}
+{{- define "vhostmq.checkUplink" -}}
+{{- $u := .Values.uplink -}}
+{{- $n := .Values.networkAttachmentDefinition -}}
+{{- if and (eq $u.mode "af_xdp") (not $u.af_xdp.interface) -}}
+{{- fail "uplink.af_xdp.interface: required with uplink.mode=af_xdp (the NIC the AF_XDP sockets bind to)" -}}
+{{- end -}}
+{{- if and $n.create (ne ($n.uplink | default "none") "none") (ne $n.uplink $u.mode) -}}
+{{- fail (printf "networkAttachmentDefinition.uplink: %q needs uplink.mode=%s (uplink.mode is %q)" $n.uplink $n.uplink $u.mode) -}}
+{{- end -}}
+{{- if and $n.create (gt (int ($n.vlan | default 0)) 0) (eq ($n.uplink | default "none") "none") -}}
+{{- fail "networkAttachmentDefinition.vlan: a VLAN needs an uplink (networkAttachmentDefinition.uplink tap or af_xdp)" -}}
+{{- end -}}
+{{- if and $n.create (eq $u.mode "tap") (eq $n.uplink "tap") (gt (int ($n.mtu | default 1500)) (int ($u.tap.mtu | default 1500))) -}}
+{{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the tap uplink (uplink.tap.mtu %d)" (int $n.mtu) (int $u.tap.mtu)) -}}
+{{- end -}}
+{{- if and $n.create (eq $u.mode "af_xdp") (eq $n.uplink "af_xdp") (gt (int ($n.mtu | default 1500)) 3822) -}}
+{{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the af_xdp uplink (frames up to 3840 bytes: MTU at most 3822)" (int $n.mtu)) -}}
+{{- end -}}
+{{- end -}}
