@@ -352,7 +352,8 @@ node2_mount_ns() {
         for e in "$hostrun"/* "$hostrun"/.[!.]*; do
             [[ -e $e || -L $e ]] || continue
             n=${e##*/}
-            [[ $own_run == *" $n "* ]] && continue
+            # (mount itself made /run/mount for its utab)
+            [[ $own_run == *" $n "* || -e /run/$n ]] && continue
             if [[ -L $e ]]; then cp -P "$e" "/run/$n"
             elif [[ -d $e ]]; then mkdir "/run/$n"; mount --rbind "$e" "/run/$n"
             else touch "/run/$n"; mount --bind "$e" "/run/$n"; fi
@@ -387,6 +388,33 @@ node2_ready() {
     [[ $(vmqc_kubectl get node "$VMQC_NODE2" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
 }
 
+# node2_remove: take the second node away again (a failed add-node): its
+# daemons by PID, its containers, its namespaces and folders
+node2_remove() {
+    local name pid f
+    set +e
+    for name in kubelet-2 containerd-2; do stop_pid "$name" "$(vmqc_pid "$name")"; sed -i "/^$name /d" "$VMQC_PIDS"; done
+    for f in "$VMQC_N2_RUN"/containerd/io.containerd.runtime.v2.task/*/*/{init,shim}.pid; do
+        [[ -f $f ]] && pid=$(cat "$f") && alive "$pid" && kill -KILL "$pid"
+    done
+    awk '{ print $5 }' /proc/self/mountinfo | grep -E "^$VMQC_N2_RUN(/|\$)" | sort -r |
+        while read -r f; do umount "$f" 2>/dev/null || umount -l "$f"; done
+    ip netns del "$VMQC_NETNS2" 2>/dev/null
+    sed -i "/^$VMQC_NETNS2\$/d" "$VMQC_RUN/netns"
+    if [[ -f $VMQC_N2_RUN/host-dirs-made ]]; then
+        while read -r f; do rmdir "$f" 2>/dev/null; done <"$VMQC_N2_RUN/host-dirs-made"
+    fi
+    if [[ -f $VMQC_N2_RUN/cgroup-root ]]; then
+        pid=$(cat "$VMQC_N2_RUN/cgroup-root")
+        while read -r f; do
+            [[ -d $f$pid ]] && find "$f$pid" -depth -type d -exec rmdir {} \; 2>/dev/null
+        done < <(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts)
+    fi
+    vmqc_kubectl delete node "$VMQC_NODE2" --ignore-not-found >/dev/null 2>&1
+    rm -rf "$VMQC_N2_RUN" "$VMQC_N2_DATA"
+    set -e
+}
+
 cmd_add_node() {
     local t0 cg p conflist=${VHOSTMQ_CLUSTER_CNI_CONFLIST2:-}
     vmq_need_root
@@ -395,6 +423,7 @@ cmd_add_node() {
     vmqc_has_node2 && vmq_die "$VMQC_NODE2 is already up"
     [[ -e /run/netns/$VMQC_NETNS2 ]] && vmq_die "netns $VMQC_NETNS2 exists; run '$SELF down' first"
     t0=$(vmq_now)
+    trap 'rc=$?; if ((rc != 0)); then vmq_log "add-node failed; removing the second node"; node2_remove; fi; exit $rc' EXIT
     mkdir -p "$VMQC_N2_RUN/cni/bin" "$VMQC_N2_RUN/cni/net.d" "$VMQC_N2_RUN/cni/ipam" "$VMQC_N2_DATA" "$VMQC_LOGS/pods-node2"
     for p in /usr/lib/cni/*; do ln -sf "$p" "$VMQC_N2_RUN/cni/bin/"; done
     for p in $CNI_PLUGINS; do ln -sf "$(readlink -f "$p")" "$VMQC_N2_RUN/cni/bin/$(basename "$p")"; done
@@ -423,6 +452,7 @@ cmd_add_node() {
         --hostname-override "$VMQC_NODE2" --node-ip "$VMQC_NODE2_IP" --v 2
     wait_for kubelet-2 90 nsenter --net="/run/netns/$VMQC_NETNS2" -- curl -fs http://127.0.0.1:10248/healthz
     wait_for kubelet-2 120 node2_ready
+    trap - EXIT
     echo "export VHOSTMQ_CLUSTER_NODE2=$VMQC_NODE2" >>"$VMQC_RUN/env"
     vmq_log "node $VMQC_NODE2 is Ready after $(vmqc_secs "$t0") s (netns $VMQC_NETNS2, mount namespace $VMQC_N2_MNT)"
 }
