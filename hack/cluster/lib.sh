@@ -259,15 +259,29 @@ vmqc_base_images() {
 }
 
 # vmqc_import TARBALL...: import into the cluster's containerd (k8s.io
-# namespace), and the second node's when there is one
+# namespace), and the second node's when there is one. With two nodes each
+# image is also named REPO@<config digest>: a pod that follows a pod of
+# another node asks for the image by the ID the first one ran (KubeVirt's
+# migration target pins kernel-boot and container disks so), which a
+# registry would serve; here the name must exist on every node.
 vmqc_import() {
-    local f
+    local f socks=("$VMQC_CTR_SOCK") s m name cfg
+    if [[ $VMQC_CTR_SOCK == "$VMQC_RUN/containerd/containerd.sock" ]] && vmqc_has_node2; then
+        socks+=("$VMQC_N2_CTR_SOCK")
+    fi
     for f in "$@"; do
-        vmqc_ctr images import "$f" >/dev/null || vmq_die "ctr images import $f failed"
-        if [[ $VMQC_CTR_SOCK == "$VMQC_RUN/containerd/containerd.sock" ]] && vmqc_has_node2; then
-            timeout 60 ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io images import "$f" >/dev/null ||
-                vmq_die "ctr images import $f into $VMQC_NODE2's containerd failed"
-        fi
+        for s in "${socks[@]}"; do
+            timeout 60 ctr -a "$s" -n k8s.io images import "$f" >/dev/null || vmq_die "ctr images import $f (containerd $s) failed"
+        done
+        ((${#socks[@]} > 1)) || continue
+        while read -r m name; do
+            [[ $name == */* && $m == sha256:* ]] || continue
+            cfg=$(tar -xOf "$f" "blobs/sha256/${m#sha256:}" | jq -r .config.digest) || continue
+            for s in "${socks[@]}"; do
+                timeout 60 ctr -a "$s" -n k8s.io images tag --force "$name" "${name%:*}@$cfg" >/dev/null ||
+                    vmq_die "ctr images tag $name ${name%:*}@$cfg (containerd $s) failed"
+            done
+        done < <(tar -xOf "$f" index.json | jq -r '.manifests[] | "\(.digest) \(.annotations["io.containerd.image.name"] // "")"')
     done
 }
 

@@ -33,7 +33,11 @@
 #     /proc/1/ns/* give EACCES even to root (PID 1 holds CAP_SYS_RESOURCE, root
 #     lacks it): inside the handler's own mount namespace it binds the
 #     kubelet's /proc/<pid> over /proc/1, then execs virt-handler.bin (a no-op
-#     where /proc/1/root is readable);
+#     where /proc/1/root is readable); with two nodes on the machine, the
+#     kubelet of the handler's own node (NODE_NAME);
+#   * /var/run -> ../run, relative (Debian's is absolute): virt-handler
+#     makes a migration's source sockets in the launcher's /var/run through
+#     /proc/<pid>/root, where an absolute link resolves in its own root;
 #   * virt-launcher-monitor gets cap_net_bind_service=+ep (KubeVirt's image
 #     has it; without it "fork/exec /usr/bin/virt-launcher: operation not
 #     permitted"); the layer keeps file capabilities.
@@ -203,6 +207,11 @@ exec /usr/bin/virt-handler.bin "$@"
 EOF
     chmod 0755 "$ROOT/usr/bin/virt-handler"
     setcap cap_net_bind_service=+ep "$ROOT/usr/bin/virt-launcher-monitor"
+    # virt-handler reaches a launcher's /var/run through /proc/<pid>/root
+    # (the migration proxy's source sockets): Debian's absolute /var/run ->
+    # /run would resolve in virt-handler's own root there, so the link is
+    # relative, as in KubeVirt's own images
+    ln -sfn ../run "$ROOT/var/run"
     echo "$KV_VERSION" >"$ROOT/.version"
     specs=()
     for comp in "${VMKV_IMAGE_NAMES[@]}"; do

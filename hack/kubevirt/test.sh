@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Issues #7 and #8 proven on real KubeVirt, in one command: build KubeVirt v1.7.0
 # (build.sh), its Debian images (images.sh), bring up the test bed
-# (testbed.sh up: the one-node cluster with multus-lite, kube-proxy,
-# KubeVirt with useEmulation, the vhostmq binding), run the VM test
-# (test-vm.sh: helm install of the chart, a 4-vCPU and a 2-vCPU VM on vhostmq,
-# queues, traffic, helm upgrade and uninstall), and take down what it brought up.  Prints the
+# (testbed.sh up --nodes N: the cluster, two nodes by default, with
+# multus-lite, kube-proxy, KubeVirt with useEmulation, the vhostmq binding),
+# run the VM test (test-vm.sh: helm install of the chart, a 4-vCPU and a
+# 2-vCPU VM on vhostmq, queues, traffic, a live migration to the second
+# node while a file streams in, helm upgrade and uninstall), and take down
+# what it brought up.  Prints the
 # timings of each stage and ends with "N passed, N failed" (the stages and
 # every check of test-vm.sh); exit status 1 if anything failed.
 #
 # Usage: hack/kubevirt/test.sh [--keep]
+# Environment: VHOSTMQ_KUBEVIRT_NODES=2 (1: one node, the migration goes
+#   only as far as its target pod)
 #   --keep   leave the test bed, the VMs and the vhostmq objects up
 #            (hack/kubevirt/testbed.sh down takes them down)
 # A test bed that is already up (testbed.sh up, or test.sh --keep) is used
@@ -55,6 +59,7 @@ ROOT_SHARED_BEFORE=$(root_shared)
 down_clean() { # nothing of the test bed is left
     local ok=0
     [[ -e /run/netns/$VMQC_NETNS ]] && { echo "    netns $VMQC_NETNS still there"; ok=1; }
+    [[ -e /run/netns/$VMQC_NETNS2 ]] && { echo "    netns $VMQC_NETNS2 still there"; ok=1; }
     [[ -d $VMKV_RUN || -d $VMQC_RUN ]] && { echo "    $VMKV_RUN or $VMQC_RUN still there"; ok=1; }
     [[ $(root_shared) == "$ROOT_SHARED_BEFORE" ]] || { echo "    / is shared now, it was not before"; ok=1; }
     grep -qE ' /(var/)?run/kubevirt' /proc/self/mountinfo && { echo "    KubeVirt mounts left"; ok=1; }
@@ -69,7 +74,7 @@ if "$HERE/testbed.sh" status >/dev/null 2>&1; then
 else
     ((failed == 0)) || { echo "$passed passed, $failed failed"; exit 1; }
     we_up=1
-    stage up "$HERE/testbed.sh" up || true
+    stage up "$HERE/testbed.sh" up --nodes "${VHOSTMQ_KUBEVIRT_NODES:-2}" || true
 fi
 if ((failed == 0)); then
     # test-vm.sh counts its own checks: add them to ours
