@@ -734,6 +734,22 @@ if ((TWO_NODES)); then
         port2_up() { [[ $(port2 | jq -r '.[0].status | "\(.connected)/\(.enabled_pairs)"') == true/1 ]]; }
         check "vm3's port on $VMQC_NODE2's dataplane, connected, 1 pair enabled" vmqc_poll 60 1 port2_up
         check "it carries vm3's MAC $(jq -r '.[0].mac' <<<"$src_port")" test "$(port2 | jq -r '.[0].mac // ""')" = "$(jq -r '.[0].mac // "none"' <<<"$src_port")"
+        # ring positions continuous: where the first node's dataplane stopped
+        # each of vm3's rings (GET_VRING_BASE) the second node's started them
+        # (SET_VRING_BASE); both dataplanes log it
+        base_of() { # MSG PORT VRING: the last base logged
+            cat "$OUT"/dataplane-*.log 2>/dev/null | grep -a "msg=\"$1\" port=$2 vring=$3 " | tail -n 1 | sed -n 's/.* base=\([0-9]*\).*/\1/p'
+        }
+        rings_continue() {
+            local v a b
+            for v in 0 1; do
+                a=$(base_of "vring stopped" "$(jq -r '.[0].id' <<<"$src_port")" "$v")
+                b=$(base_of "vring base set" "$(port2 | jq -r '.[0].id // ""')" "$v")
+                [[ -n $a && $a == "$b" ]] || return 1
+            done
+        }
+        check "ring positions continue: vm3's rings start on $VMQC_NODE2 where $VMQC_NODE stopped them (rx $(base_of "vring stopped" "$(jq -r '.[0].id' <<<"$src_port")" 0), tx $(base_of "vring stopped" "$(jq -r '.[0].id' <<<"$src_port")" 1))" \
+            vmqc_poll 15 1 rings_continue
         src_gone() { [[ $(ctl -o json port list | jq --arg p "$src_pod" '[.ports[] | select(.labels["k8s.pod.name"] == $p)] | length') == 0 ]]; }
         check "the source pod's port is gone from $VMQC_NODE's dataplane (the source pod ended, CNI DEL)" vmqc_poll 120 1 src_gone
         # the transfer's end: vm4's sendfile result (its pings), vm3's hash on the target's console
