@@ -1,0 +1,146 @@
+package handoff
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Hello is what the new process asks with.
+type Hello struct {
+	// PID and Build identify the asker in the old process's log.
+	PID   int    `json:"pid"`
+	Build string `json:"build"`
+}
+
+// State is everything the old process hands over, at a burst boundary
+// with its workers stopped. FD fields are indexes into the message's fds
+// (-1: none).
+type State struct {
+	Build string `json:"build"`
+	Ports []Port `json:"ports"`
+	// Networks are the switch's learned MAC entries and DHCP leases per
+	// network, in the switch's own encoding.
+	Networks json.RawMessage `json:"networks,omitempty"`
+}
+
+// Port is one vhost-user port and its live session.
+type Port struct {
+	// Spec is the agent's port spec (protojson of agentv1.PortSpec).
+	Spec json.RawMessage `json:"spec"`
+	// Listener is the listening socket (server role), Conn the vhost-user
+	// connection (-1: no frontend attached).
+	Listener int `json:"listener"`
+	Conn     int `json:"conn"`
+	// Negotiated state of the session.
+	Features         uint64   `json:"features"`
+	FeaturesSet      bool     `json:"featuresSet"`
+	ProtocolFeatures uint64   `json:"protocolFeatures"`
+	Status           uint8    `json:"status"`
+	MTU              int      `json:"mtu"`
+	Owned            bool     `json:"owned"`
+	Regions          []Region `json:"regions"`
+	Log              *Log     `json:"log,omitempty"`
+	Vrings           []Vring  `json:"vrings"`
+}
+
+// Region is one guest-memory region as SET_MEM_TABLE or ADD_MEM_REG gave it.
+type Region struct {
+	GPA        uint64 `json:"gpa"`
+	UVA        uint64 `json:"uva"`
+	Size       uint64 `json:"size"`
+	MmapOffset uint64 `json:"mmapOffset"`
+	FD         int    `json:"fd"`
+	// Adds counts the ADD_MEM_REG messages for this region still to be
+	// matched by a REM_MEM_REG.
+	Adds int `json:"adds"`
+}
+
+// Log is the dirty-page log of SET_LOG_BASE.
+type Log struct {
+	Size   uint64 `json:"size"`
+	Offset uint64 `json:"offset"`
+	FD     int    `json:"fd"`
+}
+
+// Vring is one ring's state. Base is the next avail index the dataplane
+// will take (every chain before it has been completed).
+type Vring struct {
+	Index   int      `json:"index"`
+	Num     int      `json:"num"`
+	Base    uint16   `json:"base"`
+	Addr    *Address `json:"addr,omitempty"`
+	Kick    int      `json:"kick"`
+	Call    int      `json:"call"`
+	Err     int      `json:"err"`
+	Started bool     `json:"started"`
+	Enabled bool     `json:"enabled"`
+	// Broken is why the ring was stopped for breaking the protocol ("" if
+	// it was not).
+	Broken string `json:"broken,omitempty"`
+}
+
+// Address is SET_VRING_ADDR's payload.
+type Address struct {
+	Flags uint32 `json:"flags"`
+	Desc  uint64 `json:"desc"`
+	Used  uint64 `json:"used"`
+	Avail uint64 `json:"avail"`
+	Log   uint64 `json:"log"`
+}
+
+// Check verifies that every fd index of s is -1 or names one of nfds fds,
+// and that no fd is named twice: what the new process then closes or
+// keeps is exactly what it received.
+func (s *State) Check(nfds int) error {
+	seen := make(map[int]string)
+	use := func(fd int, what string) error {
+		if fd == -1 {
+			return nil
+		}
+		if fd < 0 || fd >= nfds {
+			return fmt.Errorf("%s: fd index %d outside the message's %d fds", what, fd, nfds)
+		}
+		if other, ok := seen[fd]; ok {
+			return fmt.Errorf("%s: fd index %d also names %s", what, fd, other)
+		}
+		seen[fd] = what
+		return nil
+	}
+	for i, p := range s.Ports {
+		at := fmt.Sprintf("ports[%d]", i)
+		if len(p.Spec) == 0 {
+			return fmt.Errorf("%s.spec: missing", at)
+		}
+		if err := use(p.Listener, at+".listener"); err != nil {
+			return err
+		}
+		if err := use(p.Conn, at+".conn"); err != nil {
+			return err
+		}
+		for j, r := range p.Regions {
+			if r.FD == -1 {
+				return fmt.Errorf("%s.regions[%d].fd: a region needs its fd", at, j)
+			}
+			if err := use(r.FD, fmt.Sprintf("%s.regions[%d].fd", at, j)); err != nil {
+				return err
+			}
+		}
+		if p.Log != nil {
+			if err := use(p.Log.FD, at+".log.fd"); err != nil {
+				return err
+			}
+		}
+		for j, v := range p.Vrings {
+			vat := fmt.Sprintf("%s.vrings[%d]", at, j)
+			for _, f := range []struct {
+				fd   int
+				name string
+			}{{v.Kick, "kick"}, {v.Call, "call"}, {v.Err, "err"}} {
+				if err := use(f.fd, vat+"."+f.name); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
