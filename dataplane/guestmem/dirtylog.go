@@ -17,6 +17,10 @@ import (
 type Log struct {
 	mapping []byte
 	words   []uint64 // the log, as 64-page words
+	// fd, size and offset: MapLog's duplicate of the log's file and where
+	// the log is in it, for a successor process (closed by Unmap)
+	fd           int
+	size, offset uint64
 }
 
 // PageShift is the log's page size, 4 KiB (VHOST_LOG_PAGE).
@@ -53,9 +57,18 @@ func MapLog(fd int, size, offset uint64) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log: mmap %d bytes: %w", end, err)
 	}
+	own, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Munmap(m)
+		return nil, fmt.Errorf("log: dup: %w", err)
+	}
 	b := m[offset:end]
-	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8)}, nil
+	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8), fd: own, size: size, offset: offset}, nil
 }
+
+// File returns the log's file (the log keeps owning it), and its size and
+// offset there, as SET_LOG_BASE gave them.
+func (l *Log) File() (fd int, size, offset uint64) { return l.fd, l.size, l.offset }
 
 // Unmap releases the log. No queue may use it any more.
 func (l *Log) Unmap() error {
@@ -63,7 +76,8 @@ func (l *Log) Unmap() error {
 		return nil
 	}
 	err := unix.Munmap(l.mapping)
-	l.mapping, l.words = nil, nil
+	unix.Close(l.fd)
+	l.mapping, l.words, l.fd = nil, nil, -1
 	return err
 }
 

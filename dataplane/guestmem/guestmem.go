@@ -31,6 +31,11 @@ type Region struct {
 
 	mapping []byte // whole mmap, from file offset 0
 	data    []byte // mapping[mmapOffset : mmapOffset+Size]
+	// fd is Map's own duplicate of the region's file and offset its
+	// mmap_offset: a successor process maps the region from them
+	// (dataplane/handoff); closed by Unmap.
+	fd     int
+	offset uint64
 	// adds counts ADD_MEM_REG messages for this very region: QEMU before
 	// 8.1 sends one per queue pair (one vhost_dev each) and a REM_MEM_REG
 	// per pair too, so a region lives until its last REM. Only the owner
@@ -48,7 +53,8 @@ var ErrOutOfBounds = errors.New("guest address range outside mapped memory")
 
 // Map maps size bytes of fd at mmapOffset as the region that the frontend
 // sees at gpa (guest physical) and uva (its own virtual address). Map does
-// not close fd; the caller does once Map returns.
+// not close fd; the caller does once Map returns (the region keeps a
+// duplicate of its own, see File).
 func Map(fd int, gpa, size, uva, mmapOffset uint64) (*Region, error) {
 	switch {
 	case size == 0:
@@ -82,8 +88,21 @@ func Map(fd int, gpa, size, uva, mmapOffset uint64) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("region at gpa %#x: mmap %d bytes: %w", gpa, length, err)
 	}
-	return &Region{GPA: gpa, UVA: uva, Size: size, mapping: m, data: m[mmapOffset:end:end]}, nil
+	own, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Munmap(m)
+		return nil, fmt.Errorf("region at gpa %#x: dup: %w", gpa, err)
+	}
+	return &Region{GPA: gpa, UVA: uva, Size: size, mapping: m, data: m[mmapOffset:end:end], fd: own, offset: mmapOffset}, nil
 }
+
+// File returns the region's file (the region keeps owning it) and the
+// offset in it where the region starts.
+func (r *Region) File() (fd int, mmapOffset uint64) { return r.fd, r.offset }
+
+// Adds is how many ADD_MEM_REG messages for this region still await their
+// REM_MEM_REG.
+func (r *Region) Adds() int { return r.adds }
 
 // Unmap releases the mapping. The region must no longer be reachable from a
 // table in use.
@@ -92,7 +111,8 @@ func (r *Region) Unmap() error {
 		return nil
 	}
 	err := unix.Munmap(r.mapping)
-	r.mapping, r.data = nil, nil
+	unix.Close(r.fd)
+	r.mapping, r.data, r.fd = nil, nil, -1
 	return err
 }
 
