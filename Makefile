@@ -54,7 +54,7 @@ test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack
 	hack/cluster/test-cni.sh
 
 .PHONY: test-kubevirt
-test-kubevirt: build ## Two VMs on vhostmq under a real KubeVirt v1.7.0 (hack/kubevirt/; KubeVirt and its images are built once per machine and cached)
+test-kubevirt: build ## VMs on vhostmq under a real KubeVirt v1.7.0 on two nodes, one live-migrated between them while it receives a file (hack/kubevirt/; KubeVirt and its images are built once per machine and cached)
 	hack/kubevirt/test.sh
 
 .PHONY: soak
