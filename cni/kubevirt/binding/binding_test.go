@@ -273,12 +273,15 @@ func TestWaitsForDeviceInfo(t *testing.T) {
 	if err := os.WriteFile(s.netInfo, []byte(`{"interfaces":[]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	file := s.netInfo
+	written := make(chan struct{})
 	go func() {
+		defer close(written)
 		time.Sleep(700 * time.Millisecond)
 		// as the kubelet writes a downward-API file: a new file renamed in place
-		tmp := s.netInfo + ".tmp"
+		tmp := file + ".tmp"
 		if err := os.WriteFile(tmp, full, 0o644); err == nil {
-			os.Rename(tmp, s.netInfo)
+			os.Rename(tmp, file)
 		}
 	}()
 	start := time.Now()
@@ -292,6 +295,7 @@ func TestWaitsForDeviceInfo(t *testing.T) {
 	if n := len(vhostUserIfaces(parse(t, out))); n != 2 {
 		t.Errorf("%d vhost-user interfaces after the wait, want 2", n)
 	}
+	<-written
 
 	// a device-info that never comes: the error after the bound says so
 	s = startSidecarWaiting(t, 600*time.Millisecond)
