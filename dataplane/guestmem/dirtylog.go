@@ -17,10 +17,10 @@ import (
 type Log struct {
 	mapping []byte
 	words   []uint64 // the log, as 64-page words
-	// fd, size and offset: MapLog's duplicate of the log's file and where
-	// the log is in it, for a successor process (closed by Unmap)
-	fd           int
-	size, offset uint64
+	// fd and offset: MapLog's duplicate of the log's file and where the
+	// log starts in it, for a successor process (closed by Unmap)
+	fd     int
+	offset uint64
 }
 
 // PageShift is the log's page size, 4 KiB (VHOST_LOG_PAGE).
@@ -63,12 +63,12 @@ func MapLog(fd int, size, offset uint64) (*Log, error) {
 		return nil, fmt.Errorf("log: dup: %w", err)
 	}
 	b := m[offset:end]
-	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8), fd: own, size: size, offset: offset}, nil
+	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8), fd: own, offset: offset}, nil
 }
 
 // File returns the log's file (the log keeps owning it), and its size and
 // offset there, as SET_LOG_BASE gave them.
-func (l *Log) File() (fd int, size, offset uint64) { return l.fd, l.size, l.offset }
+func (l *Log) File() (fd int, size, offset uint64) { return l.fd, uint64(len(l.words)) * 8, l.offset }
 
 // Unmap releases the log. No queue may use it any more.
 func (l *Log) Unmap() error {

@@ -19,6 +19,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/scmrights"
 )
 
 // Version is the format version this package reads and writes.
@@ -77,7 +79,7 @@ func NewConn(c *net.UnixConn) *Conn { return &Conn{c: c} }
 
 // Close closes the socket and any fds received but not yet handed out.
 func (c *Conn) Close() error {
-	closeAll(c.pending)
+	scmrights.Close(c.pending)
 	c.pending = nil
 	return c.c.Close()
 }
@@ -146,7 +148,7 @@ func (c *Conn) Recv(want Kind, body any) (_ []int, err error) {
 	defer func() {
 		if err != nil {
 			// a failed exchange keeps nothing it received
-			closeAll(c.pending)
+			scmrights.Close(c.pending)
 			c.pending = nil
 		}
 	}()
@@ -187,7 +189,7 @@ func (c *Conn) Recv(want Kind, body any) (_ []int, err error) {
 	fds := c.pending
 	c.pending = nil
 	if kind == KindRefused {
-		closeAll(fds)
+		scmrights.Close(fds)
 		var r Refusal
 		if err := json.Unmarshal(b, &r); err != nil {
 			return nil, fmt.Errorf("%w (reason unreadable: %v)", ErrRefused, err)
@@ -195,17 +197,17 @@ func (c *Conn) Recv(want Kind, body any) (_ []int, err error) {
 		return nil, fmt.Errorf("%w: %s", ErrRefused, r.Reason)
 	}
 	if kind != want {
-		closeAll(fds)
+		scmrights.Close(fds)
 		return nil, fmt.Errorf("handoff: got %s, want %s", kind, want)
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(body); err != nil {
-		closeAll(fds)
+		scmrights.Close(fds)
 		return nil, fmt.Errorf("handoff: %s: %w", kind, err)
 	}
 	if d.More() {
-		closeAll(fds)
+		scmrights.Close(fds)
 		return nil, fmt.Errorf("handoff: %s: data after the document", kind)
 	}
 	return fds, nil
@@ -217,7 +219,7 @@ func (c *Conn) readFull(p []byte) error {
 	for len(p) > 0 {
 		n, oobn, flags, _, err := c.c.ReadMsgUnix(p, oob)
 		if oobn > 0 {
-			fds, perr := parseRights(oob[:oobn])
+			fds, perr := scmrights.Parse(oob[:oobn])
 			c.pending = append(c.pending, fds...)
 			if perr != nil && err == nil {
 				err = perr
@@ -238,31 +240,6 @@ func (c *Conn) readFull(p []byte) error {
 		p = p[n:]
 	}
 	return nil
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		f, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			return fds, err
-		}
-		fds = append(fds, f...)
-	}
-	return fds, nil
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }
 
 // Refusal is the body of a Refused message.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/scmrights"
 )
 
 // pair is a connected pair of handoff ends.
@@ -45,7 +47,7 @@ func eventfds(t *testing.T, n int) []int {
 		}
 		fds = append(fds, fd)
 	}
-	t.Cleanup(func() { closeAll(fds) })
+	t.Cleanup(func() { scmrights.Close(fds) })
 	return fds
 }
 
@@ -74,7 +76,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll(rfds)
+	defer scmrights.Close(rfds)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +204,7 @@ func FuzzRecv(f *testing.F) {
 		}
 		if err == nil {
 			_ = st.Check(len(fds))
-			closeAll(fds)
+			scmrights.Close(fds)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/scmrights"
 )
 
 // Message is one decoded request. Payload aliases the Conn's buffer and is
@@ -234,29 +236,11 @@ func (c *Conn) ReplyU64(m *Message, v uint64) error {
 }
 
 func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
+	fds, err := scmrights.Parse(oob)
 	if err != nil {
-		return nil, fmt.Errorf("vhost-user: parsing ancillary data: %w", err)
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			closeAll(fds)
-			return nil, fmt.Errorf("vhost-user: parsing SCM_RIGHTS: %w", err)
-		}
-		fds = append(fds, got...)
+		return nil, fmt.Errorf("vhost-user: %w", err)
 	}
 	return fds, nil
 }
 
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-}
+func closeAll(fds []int) { scmrights.Close(fds) }
