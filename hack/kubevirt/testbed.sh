@@ -121,43 +121,47 @@ cluster_up() {
 }
 
 # ------------------------------------------------------------------ kube-proxy
-kp_pid() { cat "$VMKV_RUN/kube-proxy.pid" 2>/dev/null || true; }
-kp_alive() { # the recorded PID still runs our kube-proxy (a recycled PID is not)
+# kube-proxy runs on every node: NODE is 1 (the default) or 2
+kp_pidfile() { [[ ${1:-1} == 1 ]] && echo "$VMKV_RUN/kube-proxy.pid" || echo "$VMKV_RUN/kube-proxy-$1.pid"; }
+kp_alive() { # NODE: the recorded PID still runs our kube-proxy (a recycled PID is not)
     local p
-    p=$(kp_pid)
+    p=$(cat "$(kp_pidfile "${1:-1}")" 2>/dev/null || true)
     [[ -n $p && $(readlink -f "/proc/$p/exe" 2>/dev/null) == "$(readlink -f "$VMKV_KUBE_PROXY")" ]]
 }
-start_kube_proxy() {
-    kp_alive && return 0
+start_kube_proxy() { # [NODE]
+    local node=${1:-1} enter kubeconfig name cidr log
+    kp_alive "$node" && return 0
+    if ((node == 1)); then
+        enter=(nsenter --net="/run/netns/$VMQC_NETNS") kubeconfig=$VMQC_KUBECONFIG name=$VMQC_NODE cidr=$VMQC_POD_CIDR log=$KP_LOG
+    else
+        enter=(nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT")
+        kubeconfig=$VMQC_N2_DATA/kubeconfig name=$VMQC_NODE2 cidr=$VMQC_POD_CIDR2 log=$VMQC_LOGS/kube-proxy-node2.log
+    fi
     # no timeout(1) wrapper: the PID must be kube-proxy itself; it is stopped
     # by down, and the cluster's watchdog (down after its lifetime) takes the
     # netns away under it
-    setsid nsenter --net="/run/netns/$VMQC_NETNS" -- "$VMKV_KUBE_PROXY" \
-        --kubeconfig "$VMQC_KUBECONFIG" --hostname-override "$VMQC_NODE" \
-        --proxy-mode iptables --cluster-cidr "$VMQC_POD_CIDR" --conntrack-max-per-core 0 \
+    setsid "${enter[@]}" -- "$VMKV_KUBE_PROXY" \
+        --kubeconfig "$kubeconfig" --hostname-override "$name" \
+        --proxy-mode iptables --cluster-cidr "$cidr" --conntrack-max-per-core 0 \
         --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 \
-        >>"$KP_LOG" 2>&1 </dev/null 8<&- 9<&- &
-    echo $! >"$VMKV_RUN/kube-proxy.pid"
-    vmqc_poll 60 0.5 vmqc_in_ns curl -fs http://127.0.0.1:10256/healthz >/dev/null ||
-        { tail -n 20 "$KP_LOG" >&2; vmq_die "kube-proxy is not healthy (log $KP_LOG)"; }
-    vmq_log "kube-proxy up (pid $(kp_pid), log $KP_LOG)"
+        >>"$log" 2>&1 </dev/null 8<&- 9<&- &
+    echo $! >"$(kp_pidfile "$node")"
+    vmqc_poll 60 0.5 "${enter[@]}" -- curl -fs http://127.0.0.1:10256/healthz >/dev/null ||
+        { tail -n 20 "$log" >&2; vmq_die "kube-proxy on $name is not healthy (log $log)"; }
+    vmq_log "kube-proxy up on $name (pid $(cat "$(kp_pidfile "$node")"), log $log)"
 }
-stop_kube_proxy() {
-    local p i
-    p=$(kp_pid)
-    if kp_alive; then
-        kill -TERM "$p" 2>/dev/null || true
-        for ((i = 0; i < 50; i++)); do kp_alive || break; sleep 0.1; done
-        kp_alive && kill -KILL "$p" 2>/dev/null
-        vmq_log "stopped kube-proxy (pid $p)"
-    fi
-    rm -f "$VMKV_RUN/kube-proxy.pid"
-    p=$(cat "$VMKV_RUN/kube-proxy-2.pid" 2>/dev/null || true)
-    if [[ -n $p && $(readlink -f "/proc/$p/exe" 2>/dev/null) == "$(readlink -f "$VMKV_KUBE_PROXY")" ]]; then
-        kill -TERM "$p" 2>/dev/null || true
-        vmq_log "stopped the second node's kube-proxy (pid $p)"
-    fi
-    rm -f "$VMKV_RUN/kube-proxy-2.pid"
+stop_kube_proxy() { # on every node
+    local node p i
+    for node in 1 2; do
+        p=$(cat "$(kp_pidfile "$node")" 2>/dev/null || true)
+        if kp_alive "$node"; then
+            kill -TERM "$p" 2>/dev/null || true
+            for ((i = 0; i < 50; i++)); do kp_alive "$node" || break; sleep 0.1; done
+            kp_alive "$node" && kill -KILL "$p" 2>/dev/null
+            vmq_log "stopped kube-proxy of node $node (pid $p)"
+        fi
+        rm -f "$(kp_pidfile "$node")"
+    done
 }
 
 # ------------------------------------------------------------------ second node
@@ -172,16 +176,7 @@ add_node2() {
         VHOSTMQ_CLUSTER_CNI_CONFLIST2=$CNI_DIR/node2/00-multus-lite.conflist \
             VHOSTMQ_CLUSTER_CNI_PLUGINS="$CNI_DIR/bin/multus-lite $CNI_DIR/bin/vhostmq-cni" "$CLUSTER" add-node 8<&-
     fi
-    [[ -s $VMKV_RUN/kube-proxy-2.pid ]] && return 0
-    setsid nsenter --net="/run/netns/$VMQC_NETNS2" --mount="$VMQC_N2_MNT" -- "$VMKV_KUBE_PROXY" \
-        --kubeconfig "$VMQC_N2_DATA/kubeconfig" --hostname-override "$VMQC_NODE2" \
-        --proxy-mode iptables --cluster-cidr "$VMQC_POD_CIDR2" --conntrack-max-per-core 0 \
-        --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249 \
-        >>"$VMQC_LOGS/kube-proxy-node2.log" 2>&1 </dev/null 8<&- 9<&- &
-    echo $! >"$VMKV_RUN/kube-proxy-2.pid"
-    vmqc_poll 60 0.5 nsenter --net="/run/netns/$VMQC_NETNS2" -- curl -fs http://127.0.0.1:10256/healthz >/dev/null ||
-        { tail -n 20 "$VMQC_LOGS/kube-proxy-node2.log" >&2; vmq_die "the second node's kube-proxy is not healthy"; }
-    vmq_log "second node $VMQC_NODE2 up with kube-proxy (pid $(cat "$VMKV_RUN/kube-proxy-2.pid"))"
+    start_kube_proxy 2
 }
 
 # ------------------------------------------------------------------ KubeVirt
@@ -383,7 +378,10 @@ cmd_down() {
 cmd_status() {
     local rc=0
     "$CLUSTER" status || rc=1
-    if kp_alive; then echo "kube-proxy: pid $(kp_pid) running"; else echo "kube-proxy: not running"; rc=1; fi
+    if kp_alive 1; then echo "kube-proxy: pid $(cat "$(kp_pidfile 1)") running"; else echo "kube-proxy: not running"; rc=1; fi
+    if vmqc_has_node2; then
+        if kp_alive 2; then echo "kube-proxy of $VMQC_NODE2: pid $(cat "$(kp_pidfile 2)") running"; else echo "kube-proxy of $VMQC_NODE2: not running"; rc=1; fi
+    fi
     [[ -f $VMKV_RUN/timings ]] && echo "bring-up timings: $(cat "$VMKV_RUN/timings")"
     if vmqc_is_up; then
         echo "KubeVirt: $(k -n kubevirt get kv kubevirt -o jsonpath='{.status.phase}' 2>/dev/null || echo absent)"
