@@ -51,7 +51,9 @@
 # status, events, the launcher's logs and the dataplane's log kept in the
 # log folder; the one exception is QEMU's own multi-threaded TCG abort at
 # boot (iotlb_to_section assertion, qemu#3040, seen with the 4-vCPU vm1
-# in 2 of 5 runs on 2026-11-30), which is named and followed into KubeVirt's
+# in 2 of 5 runs on 2026-11-30 and three times in a row on 2026-12-02; the
+# launcher image now runs multi-vCPU guests with thread=single TCG, which
+# cannot hit it: images.sh), which is named and followed into KubeVirt's
 # restart of the VM, at most twice; and a guest kernel reporting a stalled
 # CPU before the traffic step (TCG starving a vCPU, seen 2026-12-02), for
 # which both VMs are created again, at most twice.
