@@ -108,6 +108,7 @@ type port struct {
 	workers []atomic.Pointer[worker]
 	assigns []*assignment // by pair; each on the list of workers[i]
 	removed bool          // under placeMu: RemovePort took its pairs off the workers
+	adopted bool          // under mu: taken from a predecessor, not served until StartAdopted
 	flows   vswitch.FlowTable
 	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
 }
@@ -222,28 +223,35 @@ func (d *Dataplane) CPUs() []int {
 // CPUs given, or spread so that a port's pairs land on distinct workers
 // of one NUMA node where there are enough.
 func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
+	_, err := d.addPort(cfg, opt, func(h netdev.Hooks) (*netdev.Port, error) { return netdev.New(cfg, d.log, h) })
+	return err
+}
+
+// addPort checks a port's options, makes its device with newDev and puts
+// its pairs on workers.
+func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netdev.Hooks) (*netdev.Port, error)) (*netdev.Port, error) {
 	d.placeMu.Lock()
 	defer d.placeMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.byName[cfg.Name]; ok {
-		return fmt.Errorf("port %q: %w", cfg.Name, ErrPortExists)
+		return nil, fmt.Errorf("port %q: %w", cfg.Name, ErrPortExists)
 	}
 	if cfg.QueuePairs < 1 || cfg.QueuePairs > vhostuser.MaxQueuePairs {
-		return fmt.Errorf("port %q: queuePairs: %d is outside 1..%d", cfg.Name, cfg.QueuePairs, vhostuser.MaxQueuePairs)
+		return nil, fmt.Errorf("port %q: queuePairs: %d is outside 1..%d", cfg.Name, cfg.QueuePairs, vhostuser.MaxQueuePairs)
 	}
 	if len(opt.CPUs) != 0 && len(opt.CPUs) != cfg.QueuePairs {
-		return fmt.Errorf("port %q: %d CPUs given for %d queue pairs", cfg.Name, len(opt.CPUs), cfg.QueuePairs)
+		return nil, fmt.Errorf("port %q: %d CPUs given for %d queue pairs", cfg.Name, len(opt.CPUs), cfg.QueuePairs)
 	}
 	if opt.VLAN < 0 || opt.VLAN > vswitch.MaxVLAN {
-		return fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
+		return nil, fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
 	}
 	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling,
 		workers: make([]atomic.Pointer[worker], cfg.QueuePairs)}
 	if opt.DHCP != nil {
 		r, err := newDHCPResponder(*opt.DHCP)
 		if err != nil {
-			return fmt.Errorf("port %q: dhcp: %w", cfg.Name, err)
+			return nil, fmt.Errorf("port %q: dhcp: %w", cfg.Name, err)
 		}
 		p.dhcp = r
 	}
@@ -251,7 +259,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	if len(opt.CPUs) > 0 {
 		for i, cpu := range opt.CPUs {
 			if ws[i] = d.workerOn(cpu); ws[i] == nil {
-				return fmt.Errorf("port %q: pair %d: CPU %d runs no worker (workers run on %v)", cfg.Name, i, cpu, d.CPUs())
+				return nil, fmt.Errorf("port %q: pair %d: CPU %d runs no worker (workers run on %v)", cfg.Name, i, cpu, d.CPUs())
 			}
 		}
 		if nodes := d.nodesOf(ws); len(nodes) > 1 && !d.rebal.CrossNUMA {
@@ -281,14 +289,14 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 		},
 	}
 	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
-		return fmt.Errorf("port %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
 	if err := d.checkUplink(opt.Network, opt.VLAN, opt.Uplink, cfg.MTU); err != nil {
-		return fmt.Errorf("port %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
-	dev, err := netdev.New(cfg, d.log, hooks)
+	dev, err := newDev(hooks)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.dev = dev
 	d.next = (d.next + 1) % len(d.workers)
@@ -301,7 +309,7 @@ func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
 	}
 	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU(),
 		"network", opt.Network, "vlan", opt.VLAN, "dhcp", opt.DHCP != nil)
-	return nil
+	return dev, nil
 }
 
 // RemovePort disconnects a port's frontend and forgets it.

@@ -30,12 +30,17 @@ const Version = 1
 type Kind uint16
 
 // The exchange: the new process sends Hello, the old one answers State
-// (or Refused), the new one answers Taken (or Refused).
+// (or Refused), the new one answers Taken once it holds every port, not
+// yet serving them (or Refused), and the old one answers Released once it
+// stopped touching them for good: only then does the new one serve. Until
+// it reads Taken the old process may still go back to serving (on
+// Refused or a broken exchange); after it, never.
 const (
 	KindHello Kind = iota + 1
 	KindState
 	KindTaken
 	KindRefused
+	KindReleased
 )
 
 func (k Kind) String() string {
@@ -48,6 +53,8 @@ func (k Kind) String() string {
 		return "taken"
 	case KindRefused:
 		return "refused"
+	case KindReleased:
+		return "released"
 	}
 	return fmt.Sprintf("kind(%d)", uint16(k))
 }

@@ -2,6 +2,7 @@ package netdev
 
 import (
 	"fmt"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -15,20 +16,40 @@ import (
 // taken from a TX ring has been completed, unused RX buffers were given
 // back, a held frame was never taken. So each ring's next avail index is
 // exact, and equals its used index.
-func (p *Port) Freeze() (unfreeze func()) {
-	p.ctl.Lock()
-	p.lockAll()
+func (p *Port) Freeze() (unfreeze func()) { return FreezeAll([]*Port{p}) }
+
+// FreezeAll freezes several ports at once. A worker holds one TX vring
+// and then one RX vring of any port, so the locks are taken in the global
+// order across all the ports: every session lock, every TX vring, then
+// every RX vring.
+func FreezeAll(ports []*Port) (unfreeze func()) {
+	for _, p := range ports {
+		p.ctl.Lock()
+	}
+	for _, p := range ports {
+		for i := 1; i < len(p.vrings); i += 2 {
+			p.vrings[i].mu.Lock()
+		}
+	}
+	for _, p := range ports {
+		for i := 0; i < len(p.vrings); i += 2 {
+			p.vrings[i].mu.Lock()
+		}
+	}
 	return func() {
-		p.unlockAll()
-		p.ctl.Unlock()
+		for _, p := range ports {
+			p.unlockAll()
+			p.ctl.Unlock()
+		}
 	}
 }
 
 // Export describes the frozen port's live session for a successor process
-// (dataplane/handoff): the negotiated features, the memory table, the
-// dirty log and every ring, with duplicates of their fds, which the caller
-// owns (close them once they are sent). Spec, Listener and Conn are the
-// caller's to fill; Listener and Conn are -1. The caller froze the port.
+// (dataplane/handoff): the listening socket (server role), the vhost-user
+// connection, the negotiated features, the memory table, the dirty log and
+// every ring, with duplicates of their fds, which the caller owns (close
+// them once they are sent). Spec is the caller's to fill. The caller
+// suspended and froze the port.
 func (p *Port) Export() (handoff.Port, []int, error) {
 	var fds []int
 	fail := func(err error) (handoff.Port, []int, error) {
@@ -49,9 +70,35 @@ func (p *Port) Export() (handoff.Port, []int, error) {
 		fds = append(fds, d)
 		return len(fds) - 1, nil
 	}
+	// dupSocket duplicates a socket's fd the same way
+	dupSocket := func(sc syscall.Conn) (int, error) {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return -1, err
+		}
+		i, derr := -1, error(nil)
+		if err := rc.Control(func(fd uintptr) { i, derr = dup(int(fd)) }); err != nil {
+			return -1, err
+		}
+		return i, derr
+	}
 	c := &p.ctl
 	out := handoff.Port{Listener: -1, Conn: -1, Features: c.features, FeaturesSet: c.featuresSet,
 		ProtocolFeatures: c.protocol, Status: c.status, MTU: p.MTU(), Owned: p.owned.Load()}
+	if p.ln != nil {
+		i, err := dupSocket(p.ln)
+		if err != nil {
+			return fail(fmt.Errorf("listening socket: %w", err))
+		}
+		out.Listener = i
+	}
+	if c.conn != nil {
+		i, err := dupSocket(c.conn.Raw())
+		if err != nil {
+			return fail(fmt.Errorf("vhost-user connection: %w", err))
+		}
+		out.Conn = i
+	}
 	if c.mem != nil {
 		for _, r := range c.mem.Regions() {
 			fd, off := r.File()

@@ -156,6 +156,9 @@ type Port struct {
 	owned   atomic.Bool
 	refused atomic.Uint64 // connections refused while another was established
 
+	ln  *net.UnixListener // server role: the listening socket
+	sus suspender         // a handoff's pause of the session (handover.go)
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -168,23 +171,33 @@ func New(cfg Config, log *slog.Logger, hooks Hooks) (*Port, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	p := newPort(cfg, log, hooks)
+	if cfg.Role == RoleServer {
+		ln, err := listen(cfg.Socket, cfg.SocketOwner)
+		if err != nil {
+			return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
+		}
+		p.ln = ln
+	}
+	p.start(nil)
+	return p, nil
+}
+
+func newPort(cfg Config, log *slog.Logger, hooks Hooks) *Port {
 	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, done: make(chan struct{})}
 	p.mtu.Store(int32(cfg.MTU))
 	for i := 0; i < 2*cfg.QueuePairs; i++ {
 		p.vrings = append(p.vrings, newVring(p, i))
 	}
+	return p
+}
+
+// start serves the port's socket in the background, beginning with first
+// (a session adopted from a predecessor process) when it is not nil.
+func (p *Port) start(first *net.UnixConn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
-	var ln *net.UnixListener
-	if cfg.Role == RoleServer {
-		var err error
-		if ln, err = listen(cfg.Socket, cfg.SocketOwner); err != nil {
-			cancel()
-			return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
-		}
-	}
-	go p.routineSocket(ctx, ln)
-	return p, nil
+	go p.routineSocket(ctx, first)
 }
 
 // Config returns the port's configuration.
@@ -220,6 +233,17 @@ func (p *Port) RxOffload() offload.Caps { return offload.Caps(p.rxCaps.Load()) }
 // Close stops serving, disconnects the frontend, releases guest memory and
 // removes the socket file the port created.
 func (p *Port) Close() {
+	if p.cancel == nil { // adopted and never started: the sockets are still the predecessor's too
+		if p.ln != nil {
+			p.ln.SetUnlinkOnClose(false)
+			p.ln.Close()
+		}
+		if p.ctl.conn != nil {
+			p.ctl.conn.Close()
+		}
+		p.reset()
+		return
+	}
 	p.cancel()
 	<-p.done
 }
@@ -254,11 +278,14 @@ func listen(path string, owner *Owner) (*net.UnixListener, error) {
 
 // routineSocket accepts (server) or dials (client) frontends, one session
 // at a time, forever, until the port is closed.
-func (p *Port) routineSocket(ctx context.Context, ln *net.UnixListener) {
+func (p *Port) routineSocket(ctx context.Context, first *net.UnixConn) {
 	defer close(p.done)
-	if ln != nil {
-		p.serveListener(ctx, ln)
+	if p.ln != nil {
+		p.serveListener(ctx, p.ln, first)
 	} else {
+		if first != nil {
+			p.serve(ctx, first)
+		}
 		p.dialForever(ctx)
 	}
 	p.reset()
@@ -269,6 +296,9 @@ func (p *Port) routineSocket(ctx context.Context, ln *net.UnixListener) {
 func (p *Port) dialForever(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
+		if !p.sus.waitDial(ctx) {
+			return
+		}
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "unix", p.cfg.Socket)
 		if err != nil {
@@ -296,7 +326,7 @@ func (p *Port) dialForever(ctx context.Context) {
 // handshake (a frontend that connected and said nothing, or one that died
 // half way), and is closed at once, with a log line, while the current one
 // is established, as QEMU's and DPDK's single-connection sockets do.
-func (p *Port) serveListener(ctx context.Context, ln *net.UnixListener) {
+func (p *Port) serveListener(ctx context.Context, ln *net.UnixListener, first *net.UnixConn) {
 	conns := make(chan *net.UnixConn)
 	go p.acceptLoop(ctx, ln, conns)
 	var cur *net.UnixConn
@@ -306,6 +336,9 @@ func (p *Port) serveListener(ctx context.Context, ln *net.UnixListener) {
 		cur, curDone = c, make(chan struct{})
 		done := curDone
 		go func() { p.serve(ctx, c); close(done) }()
+	}
+	if first != nil {
+		start(first)
 	}
 	for {
 		select {
@@ -322,6 +355,11 @@ func (p *Port) serveListener(ctx context.Context, ln *net.UnixListener) {
 				cur, curDone = nil, nil
 			}
 			switch {
+			case p.sus.suspended():
+				// A handoff is under way: the successor takes the
+				// listener; this frontend connects again to it.
+				p.log.Info("connection closed during a handoff; the frontend reconnects to the successor", "socket", p.cfg.Socket)
+				c.Close()
 			case cur == nil:
 				start(c)
 			case !p.owned.Load():
@@ -402,18 +440,24 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	p.ctl.Lock()
+	adopted := p.ctl.conn != nil && p.ctl.conn.Raw() == c // Adopt set it up, state and all
 	p.ctl.conn = conn
 	p.ctl.Unlock()
-	p.owned.Store(false)
+	if !adopted {
+		p.owned.Store(false)
+	}
 	p.connected.Store(true)
 	n := p.connects.Add(1)
-	p.log.Info("frontend connected", "socket", p.cfg.Socket, "role", p.cfg.Role, "connection", n)
-	hs := p.cfg.HandshakeTimeout
-	if hs <= 0 {
-		hs = DefaultHandshakeTimeout
+	if adopted {
+		p.log.Info("frontend session adopted from the previous process", "socket", p.cfg.Socket, "role", p.cfg.Role, "established", p.owned.Load())
+	} else {
+		p.log.Info("frontend connected", "socket", p.cfg.Socket, "role", p.cfg.Role, "connection", n)
 	}
-	c.SetReadDeadline(time.Now().Add(hs))
-	err := p.session(conn, c)
+	hs := p.handshakeTimeout()
+	if !p.owned.Load() {
+		c.SetReadDeadline(time.Now().Add(hs))
+	}
+	err := p.session(ctx, conn, c)
 	conn.Close()
 	p.connected.Store(false)
 	p.reset()
@@ -429,10 +473,25 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	}
 }
 
-func (p *Port) session(conn *vhostuser.Conn, c *net.UnixConn) error {
+func (p *Port) handshakeTimeout() time.Duration {
+	if p.cfg.HandshakeTimeout > 0 {
+		return p.cfg.HandshakeTimeout
+	}
+	return DefaultHandshakeTimeout
+}
+
+// session reads and handles the frontend's messages one at a time. It
+// waits for each message before reading it, so that a handoff can pause
+// it between two messages (suspender.next) and never inside one.
+func (p *Port) session(ctx context.Context, conn *vhostuser.Conn, c *net.UnixConn) error {
+	defer p.sus.end()
 	for {
+		if err := p.sus.next(ctx, p, c); err != nil {
+			return err
+		}
 		m, err := conn.ReadMessage()
 		if err != nil {
+			p.sus.done()
 			return err
 		}
 		if m.Request == vhostuser.ReqSetOwner && !p.owned.Load() {
@@ -441,6 +500,7 @@ func (p *Port) session(conn *vhostuser.Conn, c *net.UnixConn) error {
 		}
 		err = p.handleSafely(conn, m)
 		m.CloseFDs()
+		p.sus.done()
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,369 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
+)
+
+// attach adds a port in role and attaches an in-repo frontend to it.
+func attach(t *testing.T, d *Dataplane, name string, role netdev.Role, pairs int, cfgs map[string]netdev.Config) *frontend.Frontend {
+	t.Helper()
+	cfg := netdev.Config{Name: name, Socket: sockPath(t, name), Role: role, QueuePairs: pairs, MTU: 1500}
+	cfgs[name] = cfg
+	fcfg := frontend.Config{QueuePairs: pairs}
+	if role == netdev.RoleServer {
+		if err := d.AddPort(cfg, PortOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return dial(t, cfg.Socket, fcfg)
+	}
+	l, err := frontend.Listen(cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := d.AddPort(cfg, PortOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.Accept(fcfg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func handoffPair(t *testing.T) (old, succ *handoff.Conn) {
+	t.Helper()
+	a, b := unixPair(t)
+	old, succ = handoff.NewConn(a), handoff.NewConn(b)
+	t.Cleanup(func() { old.Close(); succ.Close() })
+	return old, succ
+}
+
+// oldSide runs the old process's half of the exchange: Hello in, State
+// out, Taken in, Released out.
+func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *HandoverReport) {
+	done := make(chan error, 1)
+	rep := new(HandoverReport)
+	go func() {
+		var h handoff.Hello
+		if _, err := c.Recv(handoff.KindHello, &h); err != nil {
+			done <- err
+			return
+		}
+		r, err := d.Handover("old", 5*time.Second, func(st *handoff.State, fds []int) error {
+			if during != nil {
+				during()
+			}
+			if err := c.Send(handoff.KindState, st, fds); err != nil {
+				return err
+			}
+			_, err := c.Recv(handoff.KindTaken, &struct{}{})
+			return err
+		})
+		*rep = r
+		if err == nil {
+			err = c.Send(handoff.KindReleased, struct{}{}, nil)
+		}
+		done <- err
+	}()
+	return done, rep
+}
+
+// newSide runs the successor's half: it adopts every handed port with
+// the config cfgs gives it, or refuses the whole handoff.
+func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev.Config) error {
+	t.Helper()
+	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: "new"}, nil); err != nil {
+		return err
+	}
+	var st handoff.State
+	fds, err := c.Recv(handoff.KindState, &st)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, fd := range fds {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	if err := st.Check(len(fds)); err != nil {
+		c.Refuse(err.Error())
+		return err
+	}
+	var adopted []string
+	for _, hp := range st.Ports {
+		var spec HandedPort
+		if err := json.Unmarshal(hp.Spec, &spec); err != nil {
+			c.Refuse(err.Error())
+			return err
+		}
+		if err := d.AdoptPort(cfgs[spec.Name], PortOptions{}, hp, fds); err != nil {
+			for _, n := range adopted {
+				d.RemovePort(n) // lets go without touching the sessions
+			}
+			c.Refuse(err.Error())
+			return err
+		}
+		adopted = append(adopted, spec.Name)
+	}
+	if _, err := d.LearnHandedMACs(&st); err != nil {
+		return err
+	}
+	if err := c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
+		return err
+	}
+	if _, err := c.Recv(handoff.KindReleased, &struct{}{}); err != nil {
+		return err
+	}
+	if n := d.StartAdopted(); n != len(st.Ports) {
+		return fmt.Errorf("started %d adopted ports, %d handed", n, len(st.Ports))
+	}
+	return nil
+}
+
+// stream sends n numbered frames from a (alternating its two pairs) to b
+// and checks at b that each arrives once and, per sending pair, in order.
+// At most window frames are in flight, fewer than b's RX ring holds: a
+// frame lost is the handover's doing, never a full ring's.
+type stream struct {
+	n        int
+	sent     atomic.Int64
+	received atomic.Int64
+	sendErr  chan error
+	recvDone chan error
+}
+
+const window = 64
+
+func startStream(a, b *frontend.Frontend, n int) *stream {
+	s := &stream{n: n, sendErr: make(chan error, 1), recvDone: make(chan error, 1)}
+	go func() {
+		for i := range n {
+			for deadline := time.Now().Add(30 * time.Second); int64(i)-s.received.Load() >= window; {
+				if time.Now().After(deadline) {
+					s.sendErr <- fmt.Errorf("frame %d: the window stayed full for 30 s (%d received)", i, s.received.Load())
+					return
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+			if err := sendRetry(a, i%2, numbered(macB, macA, i)); err != nil {
+				s.sendErr <- fmt.Errorf("frame %d: %w", i, err)
+				return
+			}
+			s.sent.Store(int64(i + 1))
+		}
+		s.sendErr <- nil
+	}()
+	go func() {
+		got := make([]bool, n)
+		last := [2]int{-1, -1}
+		deadline := time.Now().Add(30 * time.Second)
+		for received := 0; received < n; {
+			if time.Now().After(deadline) {
+				s.recvDone <- fmt.Errorf("%d of %d frames arrived within 30 s", received, n)
+				return
+			}
+			fr, err := b.Recv(received%2, time.Millisecond)
+			if errors.Is(err, frontend.ErrTimeout) {
+				fr, err = b.Recv(1-received%2, time.Millisecond)
+			}
+			if errors.Is(err, frontend.ErrTimeout) {
+				continue
+			}
+			if err != nil {
+				s.recvDone <- err
+				return
+			}
+			i := int(binary.BigEndian.Uint32(fr[len(fr)-4:]))
+			switch {
+			case i < 0 || i >= n:
+				s.recvDone <- fmt.Errorf("frame number %d out of range", i)
+				return
+			case got[i]:
+				s.recvDone <- fmt.Errorf("frame %d arrived twice", i)
+				return
+			case i <= last[i%2]:
+				s.recvDone <- fmt.Errorf("frame %d after %d from the same pair: reordered", i, last[i%2])
+				return
+			}
+			got[i], last[i%2] = true, i
+			received++
+			s.received.Store(int64(received))
+		}
+		s.recvDone <- nil
+	}()
+	return s
+}
+
+func (s *stream) wait(t *testing.T) {
+	t.Helper()
+	if err := <-s.recvDone; err != nil {
+		t.Fatal("receive: ", err)
+	}
+	if err := <-s.sendErr; err != nil {
+		t.Fatal("send: ", err)
+	}
+}
+
+func (s *stream) waitSent(t *testing.T, k int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d frames sent", k), func() bool { return s.sent.Load() >= int64(k) })
+}
+
+func rxPackets(ps PortStats) (n uint64) {
+	for _, q := range ps.Queues {
+		n += q.RxPackets
+	}
+	return n
+}
+
+// TestHandoverKeepsEveryFrame (#17): a numbered stream from a to b goes on
+// while both ports move to a successor dataplane, in both roles: every
+// frame arrives once and in order, the frontends never reconnect, a
+// control message sent during the pause is answered by the successor, and
+// the successor (not the old dataplane) serves the rest of the stream.
+func TestHandoverKeepsEveryFrame(t *testing.T) {
+	for _, role := range []netdev.Role{netdev.RoleServer, netdev.RoleClient} {
+		t.Run(string(role), func(t *testing.T) {
+			old := newDataplane(t)
+			cfgs := map[string]netdev.Config{}
+			a := attach(t, old, "a", role, 2, cfgs)
+			b := attach(t, old, "b", role, 2, cfgs)
+			c := attach(t, old, "c", role, 1, cfgs)
+			learn(t, a, b, 2)
+			const n = 6000
+			s := startStream(a, b, n)
+			s.waitSent(t, n/3)
+
+			// c asks for its features while the old dataplane is paused:
+			// the request waits in the socket for the successor.
+			asked := make(chan error, 1)
+			during := func() {
+				go func() {
+					c.Conn().Raw().SetReadDeadline(time.Now().Add(10 * time.Second))
+					v, err := c.CtrlGet(vhostuser.ReqGetFeatures, nil)
+					if err == nil && (len(v) != 8 || binary.LittleEndian.Uint64(v) != netdev.OfferedFeatures) {
+						err = fmt.Errorf("GET_FEATURES answered %x", v)
+					}
+					asked <- err
+				}()
+				time.Sleep(20 * time.Millisecond)
+			}
+			oc, nc := handoffPair(t)
+			succ := newDataplane(t)
+			oldDone, rep := oldSide(old, oc, during)
+			if err := newSide(t, succ, nc, cfgs); err != nil {
+				t.Fatal("successor: ", err)
+			}
+			if err := <-oldDone; err != nil {
+				t.Fatal("old: ", err)
+			}
+			if err := <-asked; err != nil {
+				t.Fatal("a request sent during the pause: ", err)
+			}
+			atHandover := s.sent.Load()
+			s.wait(t)
+			t.Logf("%s: handover of %d ports after %d of %d frames, paused %v", role, rep.Ports, atHandover, n, rep.Pause)
+			if rep.Ports != 3 {
+				t.Errorf("handed %d ports, want 3", rep.Ports)
+			}
+			if len(old.Stats()) != 0 {
+				t.Errorf("the old dataplane still has %d ports", len(old.Stats()))
+			}
+			for name := range cfgs {
+				p, ok := succ.Port(name)
+				if !ok {
+					t.Fatalf("successor has no port %q", name)
+				}
+				if !p.Connected() || p.Connects() != 1 {
+					t.Errorf("port %s on the successor: connected %v after %d connects; want the adopted session only", name, p.Connected(), p.Connects())
+				}
+			}
+			if got := rxPackets(portStats(t, succ, "b")); got == 0 || got > uint64(n) {
+				t.Errorf("the successor delivered %d frames to b; want the stream's rest", got)
+			}
+			// The sessions go on: both directions, and the control path.
+			learn(t, a, b, 2)
+			if v, err := a.CtrlGet(vhostuser.ReqGetQueueNum, nil); err != nil || binary.LittleEndian.Uint64(v) != 2 {
+				t.Errorf("GET_QUEUE_NUM after the handover: %x, %v", v, err)
+			}
+		})
+	}
+}
+
+// TestHandoverRefusedGoesOnInOldProcess: a successor that refuses half
+// way (a port it would set up differently) leaves every port served by the
+// old dataplane, the stream whole; it kept none of the ports it had
+// adopted before refusing.
+func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
+	old := newDataplane(t)
+	cfgs := map[string]netdev.Config{}
+	a := attach(t, old, "a", netdev.RoleServer, 2, cfgs)
+	b := attach(t, old, "b", netdev.RoleServer, 2, cfgs)
+	learn(t, a, b, 2)
+	s := startStream(a, b, 4000)
+	s.waitSent(t, 1000)
+	bad := map[string]netdev.Config{"a": cfgs["a"], "b": cfgs["b"]}
+	cb := bad["b"]
+	cb.QueuePairs = 1 // ports go in name order: a is adopted, then b is refused
+	bad["b"] = cb
+	oc, nc := handoffPair(t)
+	succ := newDataplane(t)
+	oldDone, _ := oldSide(old, oc, nil)
+	err := newSide(t, succ, nc, bad)
+	if err == nil || !errors.Is(<-oldDone, handoff.ErrRefused) {
+		t.Fatalf("successor %v; the old side must see the refusal", err)
+	}
+	t.Logf("refused: %v", err)
+	s.wait(t)
+	if len(succ.Stats()) != 0 {
+		t.Errorf("the refusing successor kept %d ports", len(succ.Stats()))
+	}
+	for _, name := range []string{"a", "b"} {
+		p, ok := old.Port(name)
+		if !ok || !p.Connected() || p.Connects() != 1 {
+			t.Errorf("port %s on the old dataplane: present %v; want it connected, never reconnected", name, ok)
+		}
+	}
+	if _, err := os.Stat(cfgs["a"].Socket); err != nil {
+		t.Errorf("the successor's release removed a's socket: %v", err)
+	}
+	learn(t, a, b, 2)
+}
+
+func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "handoff")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[i] = c.(*net.UnixConn)
+	}
+	return cs[0], cs[1]
+}
