@@ -189,14 +189,26 @@ func shift(p *handoff.Port, n int) {
 
 func macString(m vswitch.MAC) string { return net.HardwareAddr(m[:]).String() }
 
+// SpecOf reads what the dataplane said of a handed port.
+func SpecOf(hp handoff.Port) (HandedPort, error) {
+	var spec HandedPort
+	if err := json.Unmarshal(hp.Spec, &spec); err != nil {
+		return spec, fmt.Errorf("spec: %w", err)
+	}
+	if spec.Name == "" {
+		return spec, errors.New("spec.name: missing")
+	}
+	return spec, nil
+}
+
 // CheckHanded compares a handed port's spec with the port this process
 // would create: a successor adopts a session only into the same port
 // (socket, role, queue pairs, MTU, network); anything else is refused and
 // the port is created afresh, its frontend reconnecting.
 func CheckHanded(hp handoff.Port, cfg netdev.Config, opt PortOptions) (HandedPort, error) {
-	var spec HandedPort
-	if err := json.Unmarshal(hp.Spec, &spec); err != nil {
-		return spec, fmt.Errorf("spec: %w", err)
+	spec, err := SpecOf(hp)
+	if err != nil {
+		return spec, err
 	}
 	mtu := cfg.MTU
 	if mtu == 0 {

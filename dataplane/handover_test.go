@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,93 +138,20 @@ func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev
 	return nil
 }
 
-// stream sends n numbered frames from a (alternating its two pairs) to b
-// and checks at b that each arrives once and, per sending pair, in order.
-// At most window frames are in flight, fewer than b's RX ring holds: a
-// frame lost is the handover's doing, never a full ring's.
-type stream struct {
-	n        int
-	sent     atomic.Int64
-	received atomic.Int64
-	sendErr  chan error
-	recvDone chan error
+func startStream(a, b *frontend.Frontend, n int) *frontend.Stream {
+	return frontend.StartStream(a, b, n, func(i int) []byte { return numbered(macB, macA, i) })
 }
 
-const window = 64
-
-func startStream(a, b *frontend.Frontend, n int) *stream {
-	s := &stream{n: n, sendErr: make(chan error, 1), recvDone: make(chan error, 1)}
-	go func() {
-		for i := range n {
-			for deadline := time.Now().Add(30 * time.Second); int64(i)-s.received.Load() >= window; {
-				if time.Now().After(deadline) {
-					s.sendErr <- fmt.Errorf("frame %d: the window stayed full for 30 s (%d received)", i, s.received.Load())
-					return
-				}
-				time.Sleep(50 * time.Microsecond)
-			}
-			if err := sendRetry(a, i%2, numbered(macB, macA, i)); err != nil {
-				s.sendErr <- fmt.Errorf("frame %d: %w", i, err)
-				return
-			}
-			s.sent.Store(int64(i + 1))
-		}
-		s.sendErr <- nil
-	}()
-	go func() {
-		got := make([]bool, n)
-		last := [2]int{-1, -1}
-		deadline := time.Now().Add(30 * time.Second)
-		for received := 0; received < n; {
-			if time.Now().After(deadline) {
-				s.recvDone <- fmt.Errorf("%d of %d frames arrived within 30 s", received, n)
-				return
-			}
-			fr, err := b.Recv(received%2, time.Millisecond)
-			if errors.Is(err, frontend.ErrTimeout) {
-				fr, err = b.Recv(1-received%2, time.Millisecond)
-			}
-			if errors.Is(err, frontend.ErrTimeout) {
-				continue
-			}
-			if err != nil {
-				s.recvDone <- err
-				return
-			}
-			i := int(binary.BigEndian.Uint32(fr[len(fr)-4:]))
-			switch {
-			case i < 0 || i >= n:
-				s.recvDone <- fmt.Errorf("frame number %d out of range", i)
-				return
-			case got[i]:
-				s.recvDone <- fmt.Errorf("frame %d arrived twice", i)
-				return
-			case i <= last[i%2]:
-				s.recvDone <- fmt.Errorf("frame %d after %d from the same pair: reordered", i, last[i%2])
-				return
-			}
-			got[i], last[i%2] = true, i
-			received++
-			s.received.Store(int64(received))
-		}
-		s.recvDone <- nil
-	}()
-	return s
-}
-
-func (s *stream) wait(t *testing.T) {
+func waitStream(t *testing.T, s *frontend.Stream) {
 	t.Helper()
-	if err := <-s.recvDone; err != nil {
-		t.Fatal("receive: ", err)
-	}
-	if err := <-s.sendErr; err != nil {
-		t.Fatal("send: ", err)
+	if err := s.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func (s *stream) waitSent(t *testing.T, k int) {
+func waitSent(t *testing.T, s *frontend.Stream, k int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d frames sent", k), func() bool { return s.sent.Load() >= int64(k) })
+	waitFor(t, fmt.Sprintf("%d frames sent", k), func() bool { return s.Sent() >= k })
 }
 
 func rxPackets(ps PortStats) (n uint64) {
@@ -251,7 +177,7 @@ func TestHandoverKeepsEveryFrame(t *testing.T) {
 			learn(t, a, b, 2)
 			const n = 6000
 			s := startStream(a, b, n)
-			s.waitSent(t, n/3)
+			waitSent(t, s, n/3)
 
 			// c asks for its features while the old dataplane is paused:
 			// the request waits in the socket for the successor.
@@ -279,8 +205,8 @@ func TestHandoverKeepsEveryFrame(t *testing.T) {
 			if err := <-asked; err != nil {
 				t.Fatal("a request sent during the pause: ", err)
 			}
-			atHandover := s.sent.Load()
-			s.wait(t)
+			atHandover := s.Sent()
+			waitStream(t, s)
 			t.Logf("%s: handover of %d ports after %d of %d frames, paused %v", role, rep.Ports, atHandover, n, rep.Pause)
 			if rep.Ports != 3 {
 				t.Errorf("handed %d ports, want 3", rep.Ports)
@@ -320,7 +246,7 @@ func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
 	b := attach(t, old, "b", netdev.RoleServer, 2, cfgs)
 	learn(t, a, b, 2)
 	s := startStream(a, b, 4000)
-	s.waitSent(t, 1000)
+	waitSent(t, s, 1000)
 	bad := map[string]netdev.Config{"a": cfgs["a"], "b": cfgs["b"]}
 	cb := bad["b"]
 	cb.QueuePairs = 1 // ports go in name order: a is adopted, then b is refused
@@ -333,7 +259,7 @@ func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
 		t.Fatalf("successor %v; the old side must see the refusal", err)
 	}
 	t.Logf("refused: %v", err)
-	s.wait(t)
+	waitStream(t, s)
 	if len(succ.Stats()) != 0 {
 		t.Errorf("the refusing successor kept %d ports", len(succ.Stats()))
 	}

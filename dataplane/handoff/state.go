@@ -3,6 +3,7 @@ package handoff
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Hello is what the new process asks with.
@@ -17,7 +18,11 @@ type Hello struct {
 // (-1: none).
 type State struct {
 	Build string `json:"build"`
-	Ports []Port `json:"ports"`
+	// Deadline is when the old process stops waiting for Taken and goes
+	// back to serving: a successor that cannot answer well before it
+	// must refuse instead (both run on one node, on one clock).
+	Deadline time.Time `json:"deadline"`
+	Ports    []Port    `json:"ports"`
 	// Networks are the switch's learned MAC entries and DHCP leases per
 	// network, in the switch's own encoding.
 	Networks json.RawMessage `json:"networks,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -83,6 +84,9 @@ type Conn struct {
 
 // NewConn wraps a connected unix stream socket.
 func NewConn(c *net.UnixConn) *Conn { return &Conn{c: c} }
+
+// SetDeadline bounds the exchange's reads and writes (time.Time{}: none).
+func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 
 // Close closes the socket and any fds received but not yet handed out.
 func (c *Conn) Close() error {
