@@ -90,11 +90,14 @@ func run(path string) error {
 			}
 		case <-ctx.Done():
 			log.Info("shutting down")
-			if cfg.StatsFile != "" {
+			if cfg.StatsFile != "" && !ag.HandedOver() {
 				dp.WriteStatsFile(cfg.StatsFile)
 			}
 			return nil
 		case <-tick:
+			if ag.HandedOver() {
+				continue // the successor writes it
+			}
 			if err := dp.WriteStatsFile(cfg.StatsFile); err != nil {
 				log.Warn("cannot write stats file", "path", cfg.StatsFile, "err", err)
 			}

@@ -22,8 +22,17 @@ import (
 
 	"github.com/vhostmq/vhostmq/dataplane"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
+
+// errHanding refuses API changes while the ports go to a successor (and
+// after: the successor answers on the API socket then).
+var errHanding = status.Error(codes.Unavailable, "the dataplane is handing its ports to its successor: retry")
+
+// errAdopt marks a port whose handed session could not be adopted: the
+// whole takeover is refused then.
+var errAdopt = errors.New("adopting a handed port")
 
 // Config configures the agent.
 type Config struct {
@@ -83,6 +92,20 @@ type Agent struct {
 
 	health *healthMonitor
 	ready  atomic.Bool // the API is serving
+
+	// Handoffs (handoff.go): take is the takeover this process began in
+	// New and finishes in Serve; handing refuses API changes while the
+	// ports are being handed to a successor.
+	lock        stateLock
+	take        *takeover
+	handing     bool
+	handedOver  atomic.Bool
+	lastHandoff *Handoff
+	served      chan struct{} // closed once Serve answers (after a takeover)
+	stopMu      sync.Mutex
+	stops       []func() // what stopServing ends: the API, metrics, handoff.sock
+	// closeHandoffs stops answering on handoff.sock
+	closeHandoffs func()
 	// stopping closes when Serve's context ends: streams return then
 	stopping <-chan struct{}
 	agentv1.UnimplementedAgentServer
@@ -107,7 +130,18 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}}
+	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}, served: make(chan struct{})}
+	a.lock.path = filepath.Join(cfg.StateDir, lockName)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	// An agent still running here hands its live ports over first (it
+	// saves the state file as it does).
+	take, err := a.askPredecessor()
+	if err != nil {
+		return nil, err
+	}
+	a.take = take
 	for _, cpu := range dp.CPUs() {
 		numa := dp.NUMANode(cpu)
 		for s := range cfg.SlotsPerCPU {
@@ -116,11 +150,18 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	}
 	st, err := openState(cfg.StateDir, a.log)
 	if err != nil {
+		if take != nil {
+			take.refuse(a, err)
+		}
 		return nil, err
 	}
 	a.state = st
 	for _, spec := range st.ports {
 		if _, err := a.create(spec, false, false); err != nil {
+			if take != nil && errors.Is(err, errAdopt) {
+				take.refuse(a, err)
+				return nil, err
+			}
 			a.log.Error("stored port cannot be restored; it is kept in the state file", "port", spec.Id, "err", err)
 			a.failed = append(a.failed, spec)
 			continue
@@ -173,6 +214,9 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 	spec := normalize(req)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.handing {
+		return nil, errHanding
+	}
 	if err := a.validate(spec, static); err != nil {
 		return nil, err
 	}
@@ -211,11 +255,24 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 			return nil, err // validated above: not reached
 		}
 	}
-	if err := a.dp.AddPort(netdevConfig(spec), opt); err != nil {
-		if created != "" {
-			os.Remove(created)
+	adopted := false
+	if a.take != nil {
+		var err error
+		adopted, err = a.take.adopt(a, spec.Id, func(hp handoff.Port) error { return a.dp.AdoptPort(netdevConfig(spec), opt, hp, a.take.fds) })
+		if err != nil {
+			if created != "" {
+				os.Remove(created)
+			}
+			return nil, fmt.Errorf("%w: port %q: %v", errAdopt, spec.Id, err)
 		}
-		return nil, status.Errorf(codes.Internal, "creating port %q: %v", spec.Id, err)
+	}
+	if !adopted {
+		if err := a.dp.AddPort(netdevConfig(spec), opt); err != nil {
+			if created != "" {
+				os.Remove(created)
+			}
+			return nil, status.Errorf(codes.Internal, "creating port %q: %v", spec.Id, err)
+		}
 	}
 	r := &record{spec: spec, slots: slots, static: static, createdDir: created}
 	for i, s := range slots {
@@ -362,6 +419,9 @@ func slotIDs(slots []*slot) string {
 func (a *Agent) Delete(id string) (existed bool, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.handing {
+		return false, errHanding
+	}
 	r, ok := a.ports[id]
 	if !ok {
 		for i, f := range a.failed {

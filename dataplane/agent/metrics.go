@@ -193,11 +193,19 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// A predecessor handing its ports over still listens on the address
+	// until it lets go: bind once Serve answers.
+	select {
+	case <-a.served:
+	case <-ctx.Done():
+		return nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metricsAddress: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.onStop(func() { srv.Close() })
 	go func() {
 		<-ctx.Done()
 		srv.Close()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,17 +20,43 @@ import (
 
 // Serve answers the API on the unix socket (mode 0600: root only) and runs
 // the health monitor until ctx ends.
+//
+// A takeover New began (a predecessor handing its ports over) is finished
+// first; an error then means the predecessor goes on serving and this
+// process must not. Once it hands its own ports to a successor
+// (handoff.sock), Serve returns nil and the process serves nothing more.
 func (a *Agent) Serve(ctx context.Context) error {
+	defer a.lock.release()
+	if a.take != nil {
+		t := a.take
+		a.take = nil
+		if err := t.finish(a); err != nil {
+			return err
+		}
+	}
 	ln, err := listenAPI(a.cfg.APISocket)
 	if err != nil {
+		return err
+	}
+	hln, err := listenHandoff(a.cfg.StateDir)
+	if err != nil {
+		ln.Close()
 		return err
 	}
 	srv := grpc.NewServer()
 	agentv1.RegisterAgentServer(srv, a)
 	go a.health.run(ctx)
 	a.stopping = ctx.Done()
+	handoffStop := make(chan struct{})
+	var closeHandoff sync.Once
+	stopHandoffs := func() { closeHandoff.Do(func() { close(handoffStop) }) }
+	a.closeHandoffs = stopHandoffs
+	a.onStop(stopHandoffs)
+	a.onStop(srv.Stop)
+	go a.serveHandoffs(hln, handoffStop)
 	go func() {
 		<-ctx.Done()
+		stopHandoffs()
 		// Streams (WatchHealth) end on ctx; give unary calls a moment.
 		t := time.AfterFunc(2*time.Second, srv.Stop)
 		srv.GracefulStop()
@@ -37,12 +64,33 @@ func (a *Agent) Serve(ctx context.Context) error {
 	}()
 	a.log.Info("API listening", "socket", a.cfg.APISocket)
 	a.ready.Store(true)
+	close(a.served)
 	err = srv.Serve(ln)
 	a.ready.Store(false)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// onStop registers what stopServing ends.
+func (a *Agent) onStop(f func()) {
+	a.stopMu.Lock()
+	a.stops = append(a.stops, f)
+	a.stopMu.Unlock()
+}
+
+// stopServing ends the API, metrics and handoff.sock (once): after a
+// handoff the successor answers on them.
+func (a *Agent) stopServing() {
+	a.ready.Store(false)
+	a.stopMu.Lock()
+	stops := a.stops
+	a.stops = nil
+	a.stopMu.Unlock()
+	for _, f := range stops {
+		f()
+	}
 }
 
 func listenAPI(path string) (net.Listener, error) {

@@ -109,6 +109,16 @@ var commands = []*command{
 		setup:   capacitySetup,
 	},
 	{
+		name:    "handoff",
+		args:    "",
+		summary: "the last handoff of the live ports between two dataplane processes (an upgrade)",
+		details: "An adopting process says how many live sessions it took over and how many stored\n" +
+			"ports it created afresh (their frontends reconnected); a handing one, that it\n" +
+			"serves nothing any more. PAUSE is how long the ports were stopped.",
+		maxArgs: 0,
+		setup:   handoffSetup,
+	},
+	{
 		name:    "health",
 		args:    "[--watch]",
 		summary: "agent and slot health; --watch streams changes until interrupted",

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -253,6 +255,20 @@ func TestCommands(t *testing.T) {
 		{name: "capacity-json", args: []string{"capacity", "-o", "json"}, json: func(t *testing.T, out string) {
 			v := checkJSON[capacityJSON](t, out)
 			if v.SlotsTotal != 6 || v.SlotsUsed != 4 || v.CPUs[0].ID != 2 || v.CPUs[0].Slots[0].PortID != "vm1-net0" || len(v.CPUs[0].Slots[0].Pairs) != 2 {
+				t.Errorf("got %+v", v)
+			}
+		}},
+		{name: "handoff-none", args: []string{"handoff"}},
+		{name: "handoff", args: []string{"handoff"}, setup: func(f *fakeAgent) {
+			f.handoff = &agentv1.Handoff{Happened: true, Build: "rebuilt-2", TimeUnixNano: statsEpoch.UnixNano(), Role: "adopted",
+				PeerBuild: "0123456789ab", Ports: 3, PauseUs: 5260, Adopted: 2, CreatedAfresh: 1}
+		}},
+		{name: "handoff-json", args: []string{"handoff", "-o", "json"}, setup: func(f *fakeAgent) {
+			f.handoff = &agentv1.Handoff{Happened: true, Build: "0123456789ab", TimeUnixNano: statsEpoch.UnixNano(), Role: "handed",
+				PeerBuild: "rebuilt-2", Ports: 3, PauseUs: 5260}
+		}, json: func(t *testing.T, out string) {
+			v := checkJSON[handoffJSON](t, out)
+			if !v.Happened || v.Role != "handed" || v.Ports != 3 || v.PauseMs != 5.26 || v.Time != "2026-08-20T10:00:00Z" {
 				t.Errorf("got %+v", v)
 			}
 		}},

@@ -37,6 +37,8 @@ type fakeAgent struct {
 	block bool
 	// rebalanceWindows: the window of every Rebalance call
 	rebalanceWindows []uint32
+	// handoff: what GetHandoff answers (nil: none happened)
+	handoff *agentv1.Handoff
 }
 
 var (
@@ -284,6 +286,15 @@ func (f *fakeAgent) Rebalance(_ context.Context, req *agentv1.RebalanceRequest) 
 		Workers: []*agentv1.WorkerLoad{{Cpu: 2, BeforePercent: 90, AfterPercent: 50}, {Cpu: 3, BeforePercent: 10, AfterPercent: 50}},
 		Moves:   []*agentv1.QueueMove{{TimeUnixNano: statsEpoch.UnixNano(), PortId: "vm1-net0", Pair: 2, FromCpu: 2, ToCpu: 3, LoadPercent: 40, Manual: true}},
 	}, nil
+}
+
+func (f *fakeAgent) GetHandoff(context.Context, *agentv1.GetHandoffRequest) (*agentv1.Handoff, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.handoff == nil {
+		return &agentv1.Handoff{Build: "0123456789ab"}, nil
+	}
+	return f.handoff, nil
 }
 
 func (f *fakeAgent) GetCapacity(ctx context.Context, _ *agentv1.GetCapacityRequest) (*agentv1.Capacity, error) {

@@ -2391,6 +2391,150 @@ func (x *RebalanceStatus) GetLastMoves() []*QueueMove {
 	return nil
 }
 
+type GetHandoffRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHandoffRequest) Reset() {
+	*x = GetHandoffRequest{}
+	mi := &file_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHandoffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHandoffRequest) ProtoMessage() {}
+
+func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHandoffRequest.ProtoReflect.Descriptor instead.
+func (*GetHandoffRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{34}
+}
+
+type Handoff struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Happened      bool                   `protobuf:"varint,1,opt,name=happened,proto3" json:"happened,omitempty"`                                // false: this process took part in none
+	Build         string                 `protobuf:"bytes,2,opt,name=build,proto3" json:"build,omitempty"`                                       // this process's build
+	TimeUnixNano  int64                  `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`  // when it ended
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`                                         // "adopted" (this process took the ports) or "handed" (it gave them)
+	PeerBuild     string                 `protobuf:"bytes,5,opt,name=peer_build,json=peerBuild,proto3" json:"peer_build,omitempty"`              // the other process's build
+	Ports         uint32                 `protobuf:"varint,6,opt,name=ports,proto3" json:"ports,omitempty"`                                      // ports handed over
+	PauseUs       uint32                 `protobuf:"varint,7,opt,name=pause_us,json=pauseUs,proto3" json:"pause_us,omitempty"`                   // handed: first parked session to the successor's Taken; adopted: hello to serving
+	Adopted       uint32                 `protobuf:"varint,8,opt,name=adopted,proto3" json:"adopted,omitempty"`                                  // adopted: live sessions taken over
+	CreatedAfresh uint32                 `protobuf:"varint,9,opt,name=created_afresh,json=createdAfresh,proto3" json:"created_afresh,omitempty"` // adopted: stored ports created anew (their frontends reconnect)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Handoff) Reset() {
+	*x = Handoff{}
+	mi := &file_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Handoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Handoff) ProtoMessage() {}
+
+func (x *Handoff) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
+func (*Handoff) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Handoff) GetHappened() bool {
+	if x != nil {
+		return x.Happened
+	}
+	return false
+}
+
+func (x *Handoff) GetBuild() string {
+	if x != nil {
+		return x.Build
+	}
+	return ""
+}
+
+func (x *Handoff) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Handoff) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Handoff) GetPeerBuild() string {
+	if x != nil {
+		return x.PeerBuild
+	}
+	return ""
+}
+
+func (x *Handoff) GetPorts() uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return 0
+}
+
+func (x *Handoff) GetPauseUs() uint32 {
+	if x != nil {
+		return x.PauseUs
+	}
+	return 0
+}
+
+func (x *Handoff) GetAdopted() uint32 {
+	if x != nil {
+		return x.Adopted
+	}
+	return 0
+}
+
+func (x *Handoff) GetCreatedAfresh() uint32 {
+	if x != nil {
+		return x.CreatedAfresh
+	}
+	return 0
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -2591,7 +2735,19 @@ const file_agent_proto_rawDesc = "" +
 	"\x04runs\x18\x02 \x01(\x04R\x04runs\x129\n" +
 	"\blast_run\x18\x03 \x01(\v2\x1e.vhostmq.agent.v1.RebalanceRunR\alastRun\x12:\n" +
 	"\n" +
-	"last_moves\x18\x04 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\tlastMoves*>\n" +
+	"last_moves\x18\x04 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\tlastMoves\"\x13\n" +
+	"\x11GetHandoffRequest\"\x86\x02\n" +
+	"\aHandoff\x12\x1a\n" +
+	"\bhappened\x18\x01 \x01(\bR\bhappened\x12\x14\n" +
+	"\x05build\x18\x02 \x01(\tR\x05build\x12$\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1d\n" +
+	"\n" +
+	"peer_build\x18\x05 \x01(\tR\tpeerBuild\x12\x14\n" +
+	"\x05ports\x18\x06 \x01(\rR\x05ports\x12\x19\n" +
+	"\bpause_us\x18\a \x01(\rR\apauseUs\x12\x18\n" +
+	"\aadopted\x18\b \x01(\rR\aadopted\x12%\n" +
+	"\x0ecreated_afresh\x18\t \x01(\rR\rcreatedAfresh*>\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SERVER\x10\x01\x12\x0f\n" +
@@ -2600,7 +2756,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x13POLLING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11POLLING_INTERRUPT\x10\x01\x12\x14\n" +
 	"\x10POLLING_ADAPTIVE\x10\x02\x12\x10\n" +
-	"\fPOLLING_BUSY\x10\x032\xe6\x05\n" +
+	"\fPOLLING_BUSY\x10\x032\xb4\x06\n" +
 	"\x05Agent\x12I\n" +
 	"\n" +
 	"CreatePort\x12#.vhostmq.agent.v1.CreatePortRequest\x1a\x16.vhostmq.agent.v1.Port\x12W\n" +
@@ -2612,7 +2768,9 @@ const file_agent_proto_rawDesc = "" +
 	"\vGetCapacity\x12$.vhostmq.agent.v1.GetCapacityRequest\x1a\x1a.vhostmq.agent.v1.Capacity\x12O\n" +
 	"\vWatchHealth\x12$.vhostmq.agent.v1.WatchHealthRequest\x1a\x18.vhostmq.agent.v1.Health0\x01\x12X\n" +
 	"\fGetRebalance\x12%.vhostmq.agent.v1.GetRebalanceRequest\x1a!.vhostmq.agent.v1.RebalanceStatus\x12O\n" +
-	"\tRebalance\x12\".vhostmq.agent.v1.RebalanceRequest\x1a\x1e.vhostmq.agent.v1.RebalanceRunB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
+	"\tRebalance\x12\".vhostmq.agent.v1.RebalanceRequest\x1a\x1e.vhostmq.agent.v1.RebalanceRun\x12L\n" +
+	"\n" +
+	"GetHandoff\x12#.vhostmq.agent.v1.GetHandoffRequest\x1a\x19.vhostmq.agent.v1.HandoffB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -2627,7 +2785,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                   // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),            // 1: vhostmq.agent.v1.PollingMode
@@ -2665,13 +2823,15 @@ var file_agent_proto_goTypes = []any{
 	(*RebalanceRun)(nil),        // 33: vhostmq.agent.v1.RebalanceRun
 	(*WorkerLoad)(nil),          // 34: vhostmq.agent.v1.WorkerLoad
 	(*RebalanceStatus)(nil),     // 35: vhostmq.agent.v1.RebalanceStatus
-	nil,                         // 36: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                         // 37: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*GetHandoffRequest)(nil),   // 36: vhostmq.agent.v1.GetHandoffRequest
+	(*Handoff)(nil),             // 37: vhostmq.agent.v1.Handoff
+	nil,                         // 38: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                         // 39: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	36, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	38, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
 	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
@@ -2683,7 +2843,7 @@ var file_agent_proto_depIdxs = []int32{
 	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
 	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
 	17, // 13: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
-	37, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	39, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
 	18, // 15: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
 	20, // 16: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
 	19, // 17: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
@@ -2704,17 +2864,19 @@ var file_agent_proto_depIdxs = []int32{
 	26, // 32: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
 	29, // 33: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
 	30, // 34: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	7,  // 35: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	10, // 36: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	7,  // 37: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	13, // 38: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	21, // 39: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	25, // 40: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	28, // 41: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	35, // 42: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	33, // 43: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
+	36, // 35: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
+	7,  // 36: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	10, // 37: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	7,  // 38: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	13, // 39: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	21, // 40: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	25, // 41: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	28, // 42: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	35, // 43: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	33, // 44: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	37, // 45: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -2732,7 +2894,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

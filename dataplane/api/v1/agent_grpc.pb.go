@@ -33,6 +33,7 @@ const (
 	Agent_WatchHealth_FullMethodName  = "/vhostmq.agent.v1.Agent/WatchHealth"
 	Agent_GetRebalance_FullMethodName = "/vhostmq.agent.v1.Agent/GetRebalance"
 	Agent_Rebalance_FullMethodName    = "/vhostmq.agent.v1.Agent/Rebalance"
+	Agent_GetHandoff_FullMethodName   = "/vhostmq.agent.v1.Agent/GetHandoff"
 )
 
 // AgentClient is the client API for Agent service.
@@ -60,6 +61,9 @@ type AgentClient interface {
 	// by the configured improvement (the overload threshold does not
 	// apply); it returns the run.
 	Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*RebalanceRun, error)
+	// GetHandoff returns the last handoff this process took part in: an
+	// upgrade that moved the live ports between two dataplane processes.
+	GetHandoff(ctx context.Context, in *GetHandoffRequest, opts ...grpc.CallOption) (*Handoff, error)
 }
 
 type agentClient struct {
@@ -169,6 +173,16 @@ func (c *agentClient) Rebalance(ctx context.Context, in *RebalanceRequest, opts 
 	return out, nil
 }
 
+func (c *agentClient) GetHandoff(ctx context.Context, in *GetHandoffRequest, opts ...grpc.CallOption) (*Handoff, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Handoff)
+	err := c.cc.Invoke(ctx, Agent_GetHandoff_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -194,6 +208,9 @@ type AgentServer interface {
 	// by the configured improvement (the overload threshold does not
 	// apply); it returns the run.
 	Rebalance(context.Context, *RebalanceRequest) (*RebalanceRun, error)
+	// GetHandoff returns the last handoff this process took part in: an
+	// upgrade that moved the live ports between two dataplane processes.
+	GetHandoff(context.Context, *GetHandoffRequest) (*Handoff, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -230,6 +247,9 @@ func (UnimplementedAgentServer) GetRebalance(context.Context, *GetRebalanceReque
 }
 func (UnimplementedAgentServer) Rebalance(context.Context, *RebalanceRequest) (*RebalanceRun, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rebalance not implemented")
+}
+func (UnimplementedAgentServer) GetHandoff(context.Context, *GetHandoffRequest) (*Handoff, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHandoff not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -407,6 +427,24 @@ func _Agent_Rebalance_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_GetHandoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHandoffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).GetHandoff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_GetHandoff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).GetHandoff(ctx, req.(*GetHandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -445,6 +483,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rebalance",
 			Handler:    _Agent_Rebalance_Handler,
+		},
+		{
+			MethodName: "GetHandoff",
+			Handler:    _Agent_GetHandoff_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,393 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane"
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
+)
+
+// An upgrade without a gap (#17, docs/architecture.md "Handing a live port
+// to a successor"): a new agent starting on a state directory where an
+// old one still runs asks it, over handoff.sock, for every live port; the
+// old one parks and freezes them and sends them; the new one adopts them
+// all, unserved, answers Taken, and serves them once the old one has let
+// go (Released), or has died. The old one then serves nothing (no API, no
+// metrics, not ready) until it is stopped.
+//
+// dataplane.lock says who may serve: the old process takes it when a
+// handoff begins and lets go of it only when it commits (or dies). A
+// successor that heard no Released serves only if it can take the lock:
+// otherwise the old process went back to serving, and the successor lets
+// go of everything it adopted.
+
+const (
+	handoffName = "handoff.sock"
+	lockName    = "dataplane.lock"
+	// handoffWait bounds how long the old process waits for Taken; the
+	// successor answers within handoffWait-handoffMargin or refuses.
+	handoffWait   = 15 * time.Second
+	handoffMargin = 3 * time.Second
+	// pauseBound bounds how long a session may take to reach a message
+	// boundary before the handoff gives up.
+	pauseBound = 2 * time.Second
+)
+
+// Handoff is the last handoff this process took part in, for vhostmqctl.
+type Handoff struct {
+	At        time.Time
+	Role      string // "adopted" (this process took the ports) or "handed" (it gave them)
+	Peer      string // the other process's build
+	Ports     int
+	Pause     time.Duration // from the first parked session to the ports served again
+	Adopted   int           // ports whose live session this process adopted
+	Reconnect int           // stored ports created afresh instead (their frontends reconnect)
+}
+
+// Version, when set at link time (-ldflags -X ...agent.Version=...), is
+// what Build reports.
+var Version string
+
+// Build identifies this binary in a handoff: Version, else the VCS
+// revision.
+func Build() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if dirty {
+			rev += "-dirty"
+		}
+		if rev != "" {
+			return rev
+		}
+		return bi.Main.Version
+	}
+	return "unknown"
+}
+
+// stateLock is dataplane.lock, taken with flock: released by the kernel
+// when its holder dies.
+type stateLock struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+}
+
+// try takes the lock if it is free (or already ours).
+func (l *stateLock) try() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		return nil
+	}
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return err
+	}
+	l.f = f
+	return nil
+}
+
+// wait takes the lock, trying until timeout.
+func (l *stateLock) wait(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := l.try()
+		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (l *stateLock) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f != nil {
+		l.f.Close() // drops the flock
+		l.f = nil
+	}
+}
+
+// takeover is the successor's side of a handoff in progress: the state
+// the predecessor sent, and what became of each handed port.
+type takeover struct {
+	c       *handoff.Conn
+	st      handoff.State
+	fds     []int
+	byName  map[string]int // handed port name -> index in st.Ports
+	adopted []string
+	fresh   int
+	t0      time.Time
+}
+
+// askPredecessor asks an agent still running on the state directory for
+// its ports. No one answering is no predecessor (nil, nil); one that
+// answers and then fails the exchange is an error: it goes on serving, and
+// this process must not start beside it.
+func (a *Agent) askPredecessor() (*takeover, error) {
+	path := filepath.Join(a.cfg.StateDir, handoffName)
+	nc, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return nil, nil
+	}
+	c := handoff.NewConn(nc.(*net.UnixConn))
+	t := &takeover{c: c, t0: time.Now(), byName: map[string]int{}}
+	a.log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path)
+	nc.SetDeadline(time.Now().Add(handoffWait))
+	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build()}, nil); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handoff: hello: %w", err)
+	}
+	fds, err := c.Recv(handoff.KindState, &t.st)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handoff: %w", err)
+	}
+	nc.SetDeadline(time.Time{})
+	t.fds = fds
+	if err := t.st.Check(len(fds)); err != nil {
+		t.refuse(a, err)
+		return nil, fmt.Errorf("handoff: %w", err)
+	}
+	for i, hp := range t.st.Ports {
+		spec, err := dataplane.SpecOf(hp)
+		if err != nil {
+			t.refuse(a, err)
+			return nil, fmt.Errorf("handoff: ports[%d]: %w", i, err)
+		}
+		t.byName[spec.Name] = i
+	}
+	a.log.Info("handoff: the predecessor sent its ports", "build", t.st.Build, "ports", len(t.st.Ports), "fds", len(fds))
+	return t, nil
+}
+
+// refuse ends a takeover: what was adopted is let go without touching a
+// session, the predecessor is told why and goes on serving.
+func (t *takeover) refuse(a *Agent, why error) {
+	for _, name := range t.adopted {
+		a.dp.RemovePort(name)
+	}
+	t.c.Refuse(why.Error())
+	t.close()
+}
+
+func (t *takeover) close() {
+	for i, fd := range t.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+			t.fds[i] = -1
+		}
+	}
+	t.c.Close()
+}
+
+// adopt creates a stored port from its handed session, if one was handed
+// (false if not: the caller creates it afresh).
+func (t *takeover) adopt(a *Agent, name string, add func(hp handoff.Port) error) (bool, error) {
+	i, ok := t.byName[name]
+	if !ok {
+		t.fresh++
+		return false, nil
+	}
+	delete(t.byName, name)
+	if err := add(t.st.Ports[i]); err != nil {
+		return true, err
+	}
+	t.adopted = append(t.adopted, name)
+	return true, nil
+}
+
+// finish completes the takeover once every port is adopted: Taken, then
+// Released (or the predecessor's death), then the adopted ports are
+// served. An error leaves nothing adopted and the predecessor serving.
+func (t *takeover) finish(a *Agent) error {
+	defer t.close()
+	for name := range t.byName {
+		// The predecessor had it, this process has no such port: its
+		// session ends with the predecessor.
+		a.log.Warn("handoff: a handed port is not in this process's ports; its frontend loses it", "port", name)
+	}
+	if _, err := a.dp.LearnHandedMACs(&t.st); err != nil {
+		a.log.Warn("handoff: the learned addresses were not taken over; the switch learns them again", "err", err)
+	}
+	if left := time.Until(t.st.Deadline); left < handoffMargin {
+		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), handoffMargin)
+		t.refuse(a, err)
+		return err
+	}
+	if err := t.c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
+		t.refuse(a, err)
+		return fmt.Errorf("handoff: taken: %w", err)
+	}
+	released := true
+	if _, err := t.c.Recv(handoff.KindReleased, &struct{}{}); err != nil {
+		released = false
+		a.log.Warn("handoff: no Released from the predecessor; serving only if it let go of the lock", "err", err)
+	}
+	if err := a.lock.wait(handoffMargin); err != nil {
+		for _, name := range t.adopted {
+			a.dp.RemovePort(name)
+		}
+		return fmt.Errorf("handoff: the predecessor still holds %s (it went back to serving): %w", lockName, err)
+	}
+	n := a.dp.StartAdopted()
+	pause := time.Since(t.t0)
+	a.setLastHandoff(Handoff{At: time.Now(), Role: "adopted", Peer: t.st.Build, Ports: len(t.st.Ports), Pause: pause,
+		Adopted: n, Reconnect: t.fresh})
+	a.log.Info("handoff done: serving the predecessor's ports", "adopted", n, "created afresh", t.fresh,
+		"released", released, "sinceHello", pause.String())
+	return nil
+}
+
+// serveHandoffs answers successors on handoff.sock until the process hands
+// its ports over or stop closes.
+func (a *Agent) serveHandoffs(ln *net.UnixListener, stop <-chan struct{}) {
+	go func() { <-stop; ln.Close() }()
+	for {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if done := a.handOver(handoff.NewConn(nc)); done {
+			return
+		}
+	}
+}
+
+// handOver answers one successor; true once the ports are its.
+func (a *Agent) handOver(c *handoff.Conn) bool {
+	defer c.Close()
+	var h handoff.Hello
+	if _, err := c.Recv(handoff.KindHello, &h); err != nil {
+		a.log.Warn("handoff: a connection that did not say hello", "err", err)
+		return false
+	}
+	a.log.Info("handoff: a successor asks for the ports", "pid", h.PID, "build", h.Build)
+	if err := a.lock.try(); err != nil {
+		c.Refuse(fmt.Sprintf("this process cannot take %s: %v", lockName, err))
+		return false
+	}
+	a.mu.Lock()
+	a.handing = true
+	err := a.saveLocked() // the successor reads the ports from the state file
+	a.mu.Unlock()
+	if err != nil {
+		a.endHanding()
+		c.Refuse("saving the state file: " + err.Error())
+		return false
+	}
+	deadline := time.Now().Add(handoffWait)
+	rep, err := a.dp.Handover(Build(), pauseBound, func(st *handoff.State, fds []int) error {
+		st.Deadline = deadline
+		if err := c.Send(handoff.KindState, st, fds); err != nil {
+			return err
+		}
+		c.SetDeadline(deadline)
+		_, err := c.Recv(handoff.KindTaken, &struct{}{})
+		return err
+	})
+	if err != nil {
+		a.endHanding()
+		c.Refuse(err.Error())
+		a.log.Warn("handoff refused or broken: this process goes on serving every port", "err", err)
+		return false
+	}
+	// Committed: nothing here touches the ports again. Let go of what the
+	// successor takes next: the lock, the API socket, metrics, this socket.
+	a.handedOver.Store(true)
+	a.lock.release()
+	a.stopServing()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if err := c.Send(handoff.KindReleased, struct{}{}, nil); err != nil {
+		a.log.Warn("handoff: Released not sent; the successor serves once it sees the lock free", "err", err)
+	}
+	a.setLastHandoff(Handoff{At: time.Now(), Role: "handed", Peer: h.Build, Ports: rep.Ports, Pause: rep.Pause})
+	a.log.Info("handoff done: the successor serves every port; this process now waits to be stopped",
+		"ports", rep.Ports, "pause", rep.Pause.String(), "successorPID", h.PID)
+	return true
+}
+
+func (a *Agent) endHanding() {
+	a.mu.Lock()
+	a.handing = false
+	a.mu.Unlock()
+}
+
+func (a *Agent) setLastHandoff(h Handoff) {
+	a.mu.Lock()
+	a.lastHandoff = &h
+	a.mu.Unlock()
+}
+
+// HandedOver reports whether this process gave its ports to a successor:
+// it serves nothing then (no stats file either) and waits to be stopped.
+func (a *Agent) HandedOver() bool { return a.handedOver.Load() }
+
+// LastHandoff returns the last handoff this process took part in.
+func (a *Agent) LastHandoff() (Handoff, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastHandoff == nil {
+		return Handoff{}, false
+	}
+	return *a.lastHandoff, true
+}
+
+// listenHandoff makes handoff.sock (a stale one of a dead process is
+// replaced; the caller already asked whoever answered on it).
+func listenHandoff(dir string) (*net.UnixListener, error) {
+	path := filepath.Join(dir, handoffName)
+	os.Remove(path)
+	old := umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("handoff socket: %w", err)
+	}
+	return ln, nil
+}
+
+// GetHandoff implements the API.
+func (a *Agent) GetHandoff(context.Context, *agentv1.GetHandoffRequest) (*agentv1.Handoff, error) {
+	out := &agentv1.Handoff{Build: Build()}
+	h, ok := a.LastHandoff()
+	if !ok {
+		return out, nil
+	}
+	out.Happened = true
+	out.TimeUnixNano = h.At.UnixNano()
+	out.Role, out.PeerBuild = h.Role, h.Peer
+	out.Ports, out.Adopted, out.CreatedAfresh = uint32(h.Ports), uint32(h.Adopted), uint32(h.Reconnect)
+	out.PauseUs = uint32(min(h.Pause.Microseconds(), math.MaxUint32))
+	return out, nil
+}
