@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# End-to-end test of an upgrade without a gap (#17): two QEMU guests (TCG,
+# 1 vCPU, 512 MiB memfd share=on) with 4 queue pairs each run traffic
+# through the dataplane while a rebuilt dataplane binary starts on the same
+# config and state directory and takes their live vhost-user sessions over
+# (handoff.sock); the old process then serves nothing and is stopped.
+#
+#   guest a (10.0.0.1): pings b every 10 ms while iperf3 -P 4 runs forward
+#                       and then reverse (vmq.bgping), the handoff half way
+#                       through the forward run
+#   guest b (10.0.0.2): iperf3 server
+#   both: report eth0's carrier_changes whenever it moves (vmq.carrierwatch)
+#
+# Asserted: the successor adopted both live sessions (its log) and the old
+# process handed them over and exits 0 on SIGTERM; neither guest's
+# carrier_changes moved (QEMU shows a guest a link down/up when its backend
+# goes away: with a reconnect it moves by 2); iperf3 succeeded both ways;
+# every ping run had replies after the handoff; the successor's stats show
+# both ports connected once (no reconnect) and every queue pair busy.
+# Reported: the longest ping gap, the handoff's pause (old side: first
+# parked session to the successor's Taken; successor: its hello to serving).
+#
+# Usage: hack/e2e-handoff.sh [--role server|client|both] [--queues 4]
+#          [--time 12] [--at 4] [--keep DIR]
+#   --role both   server, then client (default)
+#   --time S      seconds of each iperf3 direction
+#   --at S        seconds into the forward run at which the successor starts
+#   --keep DIR    work dir (default: a new /tmp/vhostmq-e2e-handoff.XXXXXX)
+# Needs root, Go (to rebuild the dataplane) and hack/install-deps.sh.
+# Exit status: 0 when every assertion held.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+
+ROLE=both QUEUES=4 ITIME=12 AT=4 WORK=""
+while (($#)); do
+    case $1 in
+        --role) ROLE=$2; shift 2 ;;
+        --queues) QUEUES=$2; shift 2 ;;
+        --time) ITIME=$2; shift 2 ;;
+        --at) AT=$2; shift 2 ;;
+        --keep) WORK=$2; shift 2 ;;
+        -h | --help) vmq_usage "$0"; exit 0 ;;
+        *) vmq_die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+[[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
+[[ $QUEUES =~ ^[1-9][0-9]*$ && $ITIME =~ ^[1-9][0-9]*$ && $AT =~ ^[0-9]+$ ]] || vmq_die "--queues, --time and --at are numbers"
+((AT < ITIME)) || vmq_die "--at must be less than --time (the handoff happens during the forward run)"
+vmq_need_root
+if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-handoff.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_init
+T0=$(vmq_now)
+VMQ_TAG=e2e-handoff
+[[ $VMQ_BACKEND == dataplane ]] || vmq_die "the handoff is the dataplane's: VHOSTMQ_BACKEND must be dataplane"
+vmq_build_guest
+
+# The successor: the same source rebuilt, told apart by its version.
+NEXT=$WORK/vhostmq-dataplane.next
+NEXT_VERSION=rebuilt-$(date +%s)
+vmq_log "rebuilding the dataplane as $NEXT (version $NEXT_VERSION)"
+(cd "$VMQ_REPO_ROOT" && go build -ldflags "-X github.com/vhostmq/vhostmq/dataplane/agent.Version=$NEXT_VERSION" \
+    -o "$NEXT" ./cmd/vhostmq-dataplane) || vmq_die "go build of the successor failed"
+cmp -s "$NEXT" "$VMQ_DATAPLANE" && vmq_die "the rebuilt binary is the same file as $VMQ_DATAPLANE"
+
+# carrier_values GUEST: the distinct carrier_changes values the guest reported
+carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
+
+run_role() {
+    local role=$1 work=$WORK/$1 old_pid old_log new_log g v line
+    VMQ_TAG=e2e-handoff/$role
+    VMQ_TG_INTERVAL=0.01
+    VMQ_TG_GUEST_S=300 VMQ_TG_BACKEND_S=360
+    vmq_tg_setup "$work" "$role" "$QUEUES"
+    vmq_tg_boot client,idle vmq.bgping=1 vmq.carrierwatch=1 vmq.streams=4 "vmq.time=$ITIME"
+    old_pid=$VMQ_BE_PID old_log=$VMQ_BE_LOG
+    for g in a b; do
+        vmq_guest_wait "$g" '^VHOSTMQ-RESULT carrier ' 30 || vmq_fail "guest $g reported no carrier_changes"
+    done
+    # the forward run starts after a's 5 pings (about 1 s)
+    vmq_guest_wait a '^VHOSTMQ-RESULT ping ' 120 || { vmq_fail "guest a did not reach b"; vmq_tg_teardown; return; }
+    sleep "$AT"
+    local t_start
+    t_start=$(vmq_now)
+    VMQ_DATAPLANE_SAVED=$VMQ_DATAPLANE
+    VMQ_DATAPLANE=$NEXT
+    vmq_backend_start "$work" "$VMQ_TG_CFG" "$VMQ_TG_STATS" "$VMQ_TG_BACKEND_S"
+    VMQ_DATAPLANE=$VMQ_DATAPLANE_SAVED
+    new_log=$VMQ_BE_LOG
+    if vmq_wait_log "$new_log" 'handoff done: serving' 30 "$VMQ_BE_PID"; then
+        line=$(grep -a -m1 'handoff done: serving' "$new_log")
+        vmq_res handoff_adopted "$(sed -n 's/.* adopted=\([0-9]*\).*/\1/p' <<<"$line")"
+        vmq_res handoff_successor_s "$(sed -n 's/.* sinceHello=\([^ ]*\).*/\1/p' <<<"$line")"
+        vmq_res handoff_start_to_serving_s "$(vmq_elapsed "$t_start")"
+        [[ ${VMQ_RES[handoff_adopted]} == 2 ]] || vmq_fail "the successor adopted ${VMQ_RES[handoff_adopted]} sessions, want 2: $line"
+    else
+        vmq_fail "the successor did not take the ports over (see $new_log)"
+        tail -n 20 "$new_log" | sed 's/^/    | /' >&2 || true
+    fi
+    if line=$(grep -a -m1 'handoff done: the successor serves' "$old_log"); then
+        vmq_res handoff_pause "$(sed -n 's/.* pause=\([^ ]*\).*/\1/p' <<<"$line")"
+        vmq_ok "handoff: the old process paused the ports for ${VMQ_RES[handoff_pause]}; the successor served ${VMQ_RES[handoff_successor_s]:-?} after its hello, ${VMQ_RES[handoff_start_to_serving_s]:-?} s after it started"
+    else
+        vmq_fail "the old process did not hand the ports over (see $old_log)"
+    fi
+    vmq_stop "$old_pid" 12
+    vmq_res old_exit "$VMQ_RC"
+    [[ $VMQ_RC == 0 ]] || vmq_fail "the old process exited $VMQ_RC on SIGTERM after the handoff, want 0"
+
+    # guest a's client role: iperf3 both ways, then its pings' summary
+    vmq_tg_traffic || true
+    local la=${VMQ_GUEST_LOG[a]}
+    if vmq_guest_wait a '^VHOSTMQ-RESULT pings ' 30; then
+        vmq_res pings "$(vmq_result "$la" pings received)/$(vmq_result "$la" pings sent)"
+        vmq_res max_gap_ms "$(vmq_result "$la" pings max_gap_ms)"
+        vmq_res max_rtt_ms "$(vmq_result "$la" pings max_rtt_ms)"
+        vmq_ok "pings every 10 ms across the handoff: ${VMQ_RES[pings]} answered, longest gap ${VMQ_RES[max_gap_ms]} ms, longest round trip ${VMQ_RES[max_rtt_ms]} ms"
+        v=$(vmq_result "$la" pings last_seq)
+        if ! [[ $v =~ ^[0-9]+$ ]] || (($(vmq_result "$la" pings sent) - v >= 100)); then
+            vmq_fail "pings stopped being answered: $(vmq_result_line "$la" pings)"
+        fi
+    else
+        vmq_fail "guest a reported no pings"
+    fi
+    for g in a b; do
+        v=$(carrier_values "$g")
+        vmq_res "carrier_changes_$g" "$v"
+        if [[ $v =~ ^[0-9]+$ ]]; then
+            vmq_ok "guest $g: carrier_changes stayed $v (no link down/up)"
+        else
+            vmq_fail "guest $g: carrier_changes moved: $v"
+        fi
+    done
+    for g in a b; do
+        v=$(vmq_stats_port "$VMQ_TG_STATS" "$g" connects "")
+        [[ $v == 1 ]] || vmq_fail "port $g: the successor counts $v connects, want 1 (the adopted session, no reconnect)"
+    done
+    vmq_tg_teardown
+    [[ $VMQ_RC == 0 ]] || vmq_fail "the successor exited $VMQ_RC on SIGTERM, want 0"
+}
+
+ROLES=("$ROLE")
+[[ $ROLE == both ]] && ROLES=(server client)
+for r in "${ROLES[@]}"; do
+    vmq_log "===== role $r ====="
+    run_role "$r"
+done
+echo
+echo "===== vhostmq e2e-handoff summary ($(vmq_elapsed "$T0") s) ====="
+{
+    echo "role queues fwd_gbit/s rev_gbit/s pings longest_gap_ms pause(old) successor(hello->serving) carrier_a/b"
+    for r in "${ROLES[@]}"; do
+        unset queues gbps_forward gbps_reverse pings max_gap_ms handoff_pause handoff_successor_s carrier_changes_a carrier_changes_b
+        # shellcheck disable=SC1090
+        [[ -f $WORK/$r/result.env ]] && source "$WORK/$r/result.env"
+        echo "$r ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${handoff_pause:-?} ${handoff_successor_s:-?} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
+    done
+} | vmq_table
+echo "work dir: $WORK"
+if vmq_fails_report; then
+    echo "e2e-handoff: PASSED"
+else
+    echo "e2e-handoff: FAILED"
+    exit 1
+fi
