@@ -99,8 +99,10 @@ func removeNodeFiles(p nodePaths, log *slog.Logger) error {
 		log.Warn("the node agent's state lists ports that VMs may still use; keeping it and their sockets (delete those VMs, then the state directory)", "ports", n, "stateDir", p.stateDir)
 		return errors.Join(errs...)
 	}
-	rm(filepath.Join(p.stateDir, agent.StateFileName))
-	rm(p.agentSock) // a stale socket of an agent that did not get to remove it
+	for _, f := range []string{agent.StateFileName, agent.HandoffSocketName, agent.LockFileName} {
+		rm(filepath.Join(p.stateDir, f)) // the sockets: stale ones of an agent that did not get to remove them
+	}
+	rm(p.agentSock)
 	for _, d := range []string{p.stateDir, filepath.Dir(p.agentSock), p.socketRoot} {
 		rmEmptyDir(d, rm)
 	}

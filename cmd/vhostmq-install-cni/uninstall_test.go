@@ -81,6 +81,10 @@ func node(t *testing.T, statePorts string) nodePaths {
 		write(filepath.Join(p.confDir, f), f)
 	}
 	write(filepath.Join(p.stateDir, "ports.json"), `{"schemaVersion":1,"ports":[`+statePorts+`]}`)
+	// what an agent killed after a handoff leaves: its handoff socket
+	// file and the lock
+	write(filepath.Join(p.stateDir, "handoff.sock"), "")
+	write(filepath.Join(p.stateDir, "dataplane.lock"), "")
 	return p
 }
 

@@ -7,8 +7,13 @@ import (
 	"path/filepath"
 )
 
-// StateFileName is the file in the state directory that lists the ports.
-const StateFileName = stateName
+// Files of the state directory: the ports, and the handoff's socket and
+// lock (an uninstall removes them once no port is left).
+const (
+	StateFileName     = stateName
+	HandoffSocketName = handoffName
+	LockFileName      = lockName
+)
 
 // SavedPorts counts the ports the state file in dir lists, whatever its
 // schema version: an uninstall must not remove the state of ports VMs
