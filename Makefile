@@ -38,7 +38,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-queues.sh
 	hack/e2e-migrate.sh --role both
-	hack/e2e-handoff.sh --role both
+	hack/e2e-handoff.sh --role both --baseline client
 	hack/soak.sh --duration 120
 	hack/e2e-dpdk.sh
 	hack/e2e-cni.sh

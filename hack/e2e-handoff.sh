@@ -11,17 +11,22 @@
 #   guest b (10.0.0.2): iperf3 server
 #   both: report eth0's carrier_changes whenever it moves (vmq.carrierwatch)
 #
-# Asserted: the successor adopted both live sessions (its log) and the old
-# process handed them over and exits 0 on SIGTERM; neither guest's
-# carrier_changes moved (QEMU shows a guest a link down/up when its backend
-# goes away: with a reconnect it moves by 2); iperf3 succeeded both ways;
-# every ping run had replies after the handoff; the successor's stats show
-# both ports connected once (no reconnect) and every queue pair busy.
+# Asserted: the successor adopted both live sessions and connected no
+# frontend anew (its log), the old process handed them over and exits 0 on
+# SIGTERM; neither guest's carrier_changes moved (QEMU shows a guest a link
+# down/up when its backend goes away: with a reconnect it moves by 2);
+# iperf3 succeeded both ways; the pings were answered to the end; the
+# successor's stats show both ports connected and every queue pair busy.
 # Reported: the longest ping gap, the handoff's pause (old side: first
 # parked session to the successor's Taken; successor: its hello to serving).
 #
+# --baseline ROLE adds one run of what an upgrade was before: the old
+# process SIGKILLed, the rebuilt one started (the frontends reconnect).
+# There the carrier_changes must move (else the detector is blind) and the
+# gap is reported beside the handoff's.
+#
 # Usage: hack/e2e-handoff.sh [--role server|client|both] [--queues 4]
-#          [--time 12] [--at 4] [--keep DIR]
+#          [--time 12] [--at 4] [--baseline server|client|none] [--keep DIR]
 #   --role both   server, then client (default)
 #   --time S      seconds of each iperf3 direction
 #   --at S        seconds into the forward run at which the successor starts
@@ -33,19 +38,21 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
-ROLE=both QUEUES=4 ITIME=12 AT=4 WORK=""
+ROLE=both QUEUES=4 ITIME=12 AT=4 WORK="" BASELINE=none
 while (($#)); do
     case $1 in
         --role) ROLE=$2; shift 2 ;;
         --queues) QUEUES=$2; shift 2 ;;
         --time) ITIME=$2; shift 2 ;;
         --at) AT=$2; shift 2 ;;
+        --baseline) BASELINE=$2; shift 2 ;;
         --keep) WORK=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
 done
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
+[[ $BASELINE =~ ^(server|client|none)$ ]] || vmq_die "--baseline must be server, client or none"
 [[ $QUEUES =~ ^[1-9][0-9]*$ && $ITIME =~ ^[1-9][0-9]*$ && $AT =~ ^[0-9]+$ ]] || vmq_die "--queues, --time and --at are numbers"
 ((AT < ITIME)) || vmq_die "--at must be less than --time (the handoff happens during the forward run)"
 vmq_need_root
@@ -67,9 +74,10 @@ cmp -s "$NEXT" "$VMQ_DATAPLANE" && vmq_die "the rebuilt binary is the same file 
 # carrier_values GUEST: the distinct carrier_changes values the guest reported
 carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
 
+# run_role ROLE handoff|restart
 run_role() {
-    local role=$1 work=$WORK/$1 old_pid old_log new_log g v line
-    VMQ_TAG=e2e-handoff/$role
+    local role=$1 mode=$2 work=$WORK/$1-$2 old_pid old_log new_log g v line
+    VMQ_TAG=e2e-handoff/$role/$mode
     VMQ_TG_INTERVAL=0.01
     VMQ_TG_GUEST_S=300 VMQ_TG_BACKEND_S=360
     vmq_tg_setup "$work" "$role" "$QUEUES"
@@ -83,12 +91,18 @@ run_role() {
     sleep "$AT"
     local t_start
     t_start=$(vmq_now)
+    if [[ $mode == restart ]]; then
+        vmq_log "baseline: SIGKILL the old dataplane, start the rebuilt one (the frontends reconnect)"
+        vmq_crash "$old_pid"
+    fi
     VMQ_DATAPLANE_SAVED=$VMQ_DATAPLANE
     VMQ_DATAPLANE=$NEXT
     vmq_backend_start "$work" "$VMQ_TG_CFG" "$VMQ_TG_STATS" "$VMQ_TG_BACKEND_S"
     VMQ_DATAPLANE=$VMQ_DATAPLANE_SAVED
     new_log=$VMQ_BE_LOG
-    if vmq_wait_log "$new_log" 'handoff done: serving' 30 "$VMQ_BE_PID"; then
+    if [[ $mode == restart ]]; then
+        :
+    elif vmq_wait_log "$new_log" 'handoff done: serving' 30 "$VMQ_BE_PID"; then
         line=$(grep -a -m1 'handoff done: serving' "$new_log")
         vmq_res handoff_adopted "$(sed -n 's/.* adopted=\([0-9]*\).*/\1/p' <<<"$line")"
         vmq_res handoff_successor_s "$(sed -n 's/.* sinceHello=\([^ ]*\).*/\1/p' <<<"$line")"
@@ -98,15 +112,23 @@ run_role() {
         vmq_fail "the successor did not take the ports over (see $new_log)"
         tail -n 20 "$new_log" | sed 's/^/    | /' >&2 || true
     fi
-    if line=$(grep -a -m1 'handoff done: the successor serves' "$old_log"); then
+    if [[ $mode == restart ]]; then
+        :
+    elif line=$(grep -a -m1 'handoff done: the successor serves' "$old_log"); then
         vmq_res handoff_pause "$(sed -n 's/.* pause=\([^ ]*\).*/\1/p' <<<"$line")"
         vmq_ok "handoff: the old process paused the ports for ${VMQ_RES[handoff_pause]}; the successor served ${VMQ_RES[handoff_successor_s]:-?} after its hello, ${VMQ_RES[handoff_start_to_serving_s]:-?} s after it started"
     else
         vmq_fail "the old process did not hand the ports over (see $old_log)"
     fi
-    vmq_stop "$old_pid" 12
-    vmq_res old_exit "$VMQ_RC"
-    [[ $VMQ_RC == 0 ]] || vmq_fail "the old process exited $VMQ_RC on SIGTERM after the handoff, want 0"
+    if [[ $mode == handoff ]]; then
+        vmq_stop "$old_pid" 12
+        vmq_res old_exit "$VMQ_RC"
+        [[ $VMQ_RC == 0 ]] || vmq_fail "the old process exited $VMQ_RC on SIGTERM after the handoff, want 0"
+        v=$(vmq_count_log "$new_log" 'msg="frontend connected"')
+        [[ $v == 0 ]] || vmq_fail "the successor connected $v frontends anew (a reconnect, not a handoff; see $new_log)"
+        v=$(vmq_count_log "$new_log" 'frontend session adopted from the previous process')
+        [[ $v == 2 ]] || vmq_fail "the successor adopted $v sessions, want 2 (see $new_log)"
+    fi
 
     # guest a's client role: iperf3 both ways, then its pings' summary
     vmq_tg_traffic || true
@@ -126,35 +148,41 @@ run_role() {
     for g in a b; do
         v=$(carrier_values "$g")
         vmq_res "carrier_changes_$g" "$v"
-        if [[ $v =~ ^[0-9]+$ ]]; then
+        if [[ $mode == restart ]]; then
+            if [[ $v == *,* ]]; then
+                vmq_ok "baseline: guest $g saw the reconnect as link down/up (carrier_changes $v)"
+            else
+                vmq_fail "baseline: guest $g's carrier_changes did not move ($v): the detector would miss a reconnect"
+            fi
+        elif [[ $v =~ ^[0-9]+$ ]]; then
             vmq_ok "guest $g: carrier_changes stayed $v (no link down/up)"
         else
             vmq_fail "guest $g: carrier_changes moved: $v"
         fi
     done
     for g in a b; do
-        v=$(vmq_stats_port "$VMQ_TG_STATS" "$g" connects "")
-        [[ $v == 1 ]] || vmq_fail "port $g: the successor counts $v connects, want 1 (the adopted session, no reconnect)"
+        [[ $(vmq_stats_port "$VMQ_TG_STATS" "$g" connected "") == true ]] || vmq_fail "port $g is not connected at the end"
     done
     vmq_tg_teardown
     [[ $VMQ_RC == 0 ]] || vmq_fail "the successor exited $VMQ_RC on SIGTERM, want 0"
 }
 
-ROLES=("$ROLE")
-[[ $ROLE == both ]] && ROLES=(server client)
-for r in "${ROLES[@]}"; do
-    vmq_log "===== role $r ====="
-    run_role "$r"
+RUNS=("$ROLE:handoff")
+[[ $ROLE == both ]] && RUNS=(server:handoff client:handoff)
+[[ $BASELINE == none ]] || RUNS+=("$BASELINE:restart")
+for run in "${RUNS[@]}"; do
+    vmq_log "===== role ${run%:*}, ${run#*:} ====="
+    run_role "${run%:*}" "${run#*:}"
 done
 echo
 echo "===== vhostmq e2e-handoff summary ($(vmq_elapsed "$T0") s) ====="
 {
-    echo "role queues fwd_gbit/s rev_gbit/s pings longest_gap_ms pause(old) successor(hello->serving) carrier_a/b"
-    for r in "${ROLES[@]}"; do
+    echo "role upgrade queues fwd_gbit/s rev_gbit/s pings longest_gap_ms pause(old) successor(hello->serving) carrier_a/b"
+    for run in "${RUNS[@]}"; do
         unset queues gbps_forward gbps_reverse pings max_gap_ms handoff_pause handoff_successor_s carrier_changes_a carrier_changes_b
         # shellcheck disable=SC1090
-        [[ -f $WORK/$r/result.env ]] && source "$WORK/$r/result.env"
-        echo "$r ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${handoff_pause:-?} ${handoff_successor_s:-?} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
+        [[ -f $WORK/${run%:*}-${run#*:}/result.env ]] && source "$WORK/${run%:*}-${run#*:}/result.env"
+        echo "${run%:*} ${run#*:} ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${handoff_pause:--} ${handoff_successor_s:--} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
     done
 } | vmq_table
 echo "work dir: $WORK"
