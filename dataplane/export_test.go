@@ -3,8 +3,6 @@ package dataplane
 import (
 	"encoding/binary"
 	"encoding/json"
-	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -106,22 +104,7 @@ func TestExportDescribesTheLiveSession(t *testing.T) {
 
 	// across the handoff wire: whole, fds included
 	st.Spec = json.RawMessage(`{"id":"a"}`)
-	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire := func(fd int) *handoff.Conn {
-		f := os.NewFile(uintptr(fd), "handoff")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return handoff.NewConn(c.(*net.UnixConn))
-	}
-	oldEnd, newEnd := wire(sp[0]), wire(sp[1])
-	defer oldEnd.Close()
-	defer newEnd.Close()
+	oldEnd, newEnd := handoffPair(t)
 	sent := make(chan error, 1)
 	go func() {
 		sent <- oldEnd.Send(handoff.KindState, handoff.State{Build: "test", Ports: []handoff.Port{st}}, fds)

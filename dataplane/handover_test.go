@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 )
@@ -48,7 +48,7 @@ func attach(t *testing.T, d *Dataplane, name string, role netdev.Role, pairs int
 
 func handoffPair(t *testing.T) (old, succ *handoff.Conn) {
 	t.Helper()
-	a, b := unixPair(t)
+	a, b := nettest.SocketPair(t)
 	old, succ = handoff.NewConn(a), handoff.NewConn(b)
 	t.Cleanup(func() { old.Close(); succ.Close() })
 	return old, succ
@@ -273,23 +273,4 @@ func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
 		t.Errorf("the successor's release removed a's socket: %v", err)
 	}
 	learn(t, a, b, 2)
-}
-
-func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs [2]*net.UnixConn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "handoff")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs[i] = c.(*net.UnixConn)
-	}
-	return cs[0], cs[1]
 }

@@ -3,7 +3,6 @@ package frontend
 import (
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 )
@@ -158,29 +158,10 @@ func (b *fakeBackend) unmap() {
 	b.maps = nil
 }
 
-func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs [2]*net.UnixConn
-	for i, fd := range fds {
-		fl := os.NewFile(uintptr(fd), "sock")
-		c, err := net.FileConn(fl)
-		fl.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs[i] = c.(*net.UnixConn)
-	}
-	return cs[0], cs[1]
-}
-
 // startPair connects a Frontend to a fake backend configured by prep.
 func startPair(t testing.TB, cfg Config, prep func(*fakeBackend)) (*Frontend, *fakeBackend, error) {
 	t.Helper()
-	a, b := socketPair(t)
+	a, b := nettest.SocketPair(t)
 	be := newFakeBackend(b)
 	if prep != nil {
 		prep(be)
@@ -371,7 +352,7 @@ func TestReplyAckError(t *testing.T) {
 }
 
 func TestReplyTimeout(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := nettest.SocketPair(t)
 	defer b.Close()
 	go func() { // reads but never answers
 		c := vhostuser.NewConn(b)
@@ -524,7 +505,7 @@ func TestReattach(t *testing.T) {
 	if _, _, ok := dev.popTx(1); !ok {
 		t.Fatal("no TX chain")
 	}
-	a, b := socketPair(t)
+	a, b := nettest.SocketPair(t)
 	be2 := newFakeBackend(b)
 	be2.mapMem = true
 	be2.start()

@@ -4,33 +4,20 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"net"
-	"os"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/internal/scmrights"
 )
 
 // pair is a connected pair of handoff ends.
 func pair(t *testing.T) (*Conn, *Conn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *Conn {
-		f := osFile(fd)
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return NewConn(c.(*net.UnixConn))
-	}
-	a, b := conn(fds[0]), conn(fds[1])
+	ca, cb := nettest.SocketPair(t)
+	a, b := NewConn(ca), NewConn(cb)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
@@ -208,5 +195,3 @@ func FuzzRecv(f *testing.F) {
 		}
 	})
 }
-
-func osFile(fd int) *os.File { return os.NewFile(uintptr(fd), "handoff-test") }

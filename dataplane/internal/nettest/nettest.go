@@ -1,10 +1,13 @@
-// Package nettest is what the uplink tests share: network namespaces they
-// make and enter, commands they run in them, and the few frames they build
-// by hand. Test support only; nothing outside dataplane imports it.
+// Package nettest is what the dataplane's tests share: network namespaces
+// they make and enter, commands they run in them, the few frames they
+// build by hand, and connected unix socket pairs (an in-process stand-in
+// for a vhost-user or handoff connection). Test support only; nothing
+// outside dataplane imports it.
 package nettest
 
 import (
 	"encoding/binary"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -12,7 +15,29 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
+
+// SocketPair returns both ends of a socketpair(AF_UNIX, SOCK_STREAM); a
+// failure ends the test.
+func SocketPair(tb testing.TB) (*net.UnixConn, *net.UnixConn) {
+	tb.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cs [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cs[i] = c.(*net.UnixConn)
+	}
+	return cs[0], cs[1]
+}
 
 // Run runs a command and returns its output; a failure ends the test.
 func Run(tb testing.TB, args ...string) string {
