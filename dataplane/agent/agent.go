@@ -258,7 +258,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 	adopted := false
 	if a.take != nil {
 		var err error
-		adopted, err = a.take.adopt(a, spec.Id, func(hp handoff.Port) error { return a.dp.AdoptPort(netdevConfig(spec), opt, hp, a.take.fds) })
+		adopted, err = a.take.adopt(spec.Id, func(hp handoff.Port, fds []int) error { return a.dp.AdoptPort(netdevConfig(spec), opt, hp, fds) })
 		if err != nil {
 			if created != "" {
 				os.Remove(created)

@@ -47,13 +47,13 @@ const (
 
 // Handoff is the last handoff this process took part in, for vhostmqctl.
 type Handoff struct {
-	At        time.Time
-	Role      string // "adopted" (this process took the ports) or "handed" (it gave them)
-	Peer      string // the other process's build
-	Ports     int
-	Pause     time.Duration // from the first parked session to the ports served again
-	Adopted   int           // ports whose live session this process adopted
-	Reconnect int           // stored ports created afresh instead (their frontends reconnect)
+	At            time.Time
+	Role          string // "adopted" (this process took the ports) or "handed" (it gave them)
+	Peer          string // the other process's build
+	Ports         int
+	Pause         time.Duration // from the first parked session to the ports served again
+	Adopted       int           // ports whose live session this process adopted
+	CreatedAfresh int           // stored ports created afresh instead (their frontends reconnect)
 }
 
 // Version, when set at link time (-ldflags -X ...agent.Version=...), is
@@ -213,14 +213,14 @@ func (t *takeover) close() {
 
 // adopt creates a stored port from its handed session, if one was handed
 // (false if not: the caller creates it afresh).
-func (t *takeover) adopt(a *Agent, name string, add func(hp handoff.Port) error) (bool, error) {
+func (t *takeover) adopt(name string, add func(hp handoff.Port, fds []int) error) (bool, error) {
 	i, ok := t.byName[name]
 	if !ok {
 		t.fresh++
 		return false, nil
 	}
 	delete(t.byName, name)
-	if err := add(t.st.Ports[i]); err != nil {
+	if err := add(t.st.Ports[i], t.fds); err != nil {
 		return true, err
 	}
 	t.adopted = append(t.adopted, name)
@@ -263,7 +263,7 @@ func (t *takeover) finish(a *Agent) error {
 	n := a.dp.StartAdopted()
 	pause := time.Since(t.t0)
 	a.setLastHandoff(Handoff{At: time.Now(), Role: "adopted", Peer: t.st.Build, Ports: len(t.st.Ports), Pause: pause,
-		Adopted: n, Reconnect: t.fresh})
+		Adopted: n, CreatedAfresh: t.fresh})
 	a.log.Info("handoff done: serving the predecessor's ports", "adopted", n, "created afresh", t.fresh,
 		"released", released, "sinceHello", pause.String())
 	return nil
@@ -387,7 +387,7 @@ func (a *Agent) GetHandoff(context.Context, *agentv1.GetHandoffRequest) (*agentv
 	out.Happened = true
 	out.TimeUnixNano = h.At.UnixNano()
 	out.Role, out.PeerBuild = h.Role, h.Peer
-	out.Ports, out.Adopted, out.CreatedAfresh = uint32(h.Ports), uint32(h.Adopted), uint32(h.Reconnect)
+	out.Ports, out.Adopted, out.CreatedAfresh = uint32(h.Ports), uint32(h.Adopted), uint32(h.CreatedAfresh)
 	out.PauseUs = uint32(min(h.Pause.Microseconds(), math.MaxUint32))
 	return out, nil
 }

@@ -112,7 +112,7 @@ func TestHandoffToSuccessor(t *testing.T) {
 	}
 	old, ok1 := e.ag.LastHandoff()
 	succ, ok2 := e2.ag.LastHandoff()
-	if !ok1 || !ok2 || old.Role != "handed" || old.Ports != 2 || succ.Role != "adopted" || succ.Adopted != 2 || succ.Reconnect != 0 {
+	if !ok1 || !ok2 || old.Role != "handed" || old.Ports != 2 || succ.Role != "adopted" || succ.Adopted != 2 || succ.CreatedAfresh != 0 {
 		t.Errorf("last handoff: old %+v (%v), successor %+v (%v)", old, ok1, succ, ok2)
 	}
 	if h, err := e2.client.GetHandoff(context.Background(), &agentv1.GetHandoffRequest{}); err != nil ||

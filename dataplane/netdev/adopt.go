@@ -43,23 +43,6 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		fds[i] = -1
 		return fd
 	}
-	fail := func(err error) (*Port, error) {
-		if first != nil {
-			first.Close()
-		}
-		if p.ln != nil {
-			p.ln.SetUnlinkOnClose(false) // the predecessor still has it
-			p.ln.Close()
-		}
-		for _, v := range p.vrings {
-			closeFD(&v.kickFD)
-			closeFD(&v.callFD)
-			closeFD(&v.errFD)
-		}
-		p.ctl.mem.Unmap()
-		p.ctl.log.Unmap()
-		return nil, fmt.Errorf("port %q: adopt: %w", cfg.Name, err)
-	}
 	// Take every fd first, so that a refusal closes all of them.
 	listenFD, connFD := take(st.Listener), take(st.Conn)
 	regionFDs := make([]int, len(st.Regions))
@@ -75,7 +58,10 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 	for i, v := range st.Vrings {
 		rings[i] = ringFDs{take(v.Kick), take(v.Call), take(v.Err)}
 	}
-	closeTaken := func() {
+	var regions []*guestmem.Region // mapped, not yet in a table
+	// fail closes what was taken and not yet used (those are -1 once
+	// used), and undoes what was set up from the rest.
+	fail := func(err error) (*Port, error) {
 		for _, fd := range append([]int{listenFD, connFD, logFD}, regionFDs...) {
 			if fd >= 0 {
 				unix.Close(fd)
@@ -88,22 +74,39 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 				}
 			}
 		}
+		if first != nil {
+			first.Close()
+		}
+		if p.ln != nil {
+			p.ln.SetUnlinkOnClose(false) // the predecessor still has it
+			p.ln.Close()
+		}
+		for _, v := range p.vrings {
+			closeFD(&v.kickFD)
+			closeFD(&v.callFD)
+			closeFD(&v.errFD)
+		}
+		if p.ctl.mem == nil {
+			for _, r := range regions {
+				r.Unmap()
+			}
+		}
+		p.ctl.mem.Unmap()
+		p.ctl.log.Unmap()
+		return nil, fmt.Errorf("port %q: adopt: %w", cfg.Name, err)
 	}
 	if err := checkAdoptable(cfg, st); err != nil {
-		closeTaken()
 		return fail(err)
 	}
 
 	var err error
 	if cfg.Role == RoleServer {
 		if listenFD < 0 {
-			closeTaken()
 			return fail(errors.New("a server-role port needs its listening socket"))
 		}
 		p.ln, err = fileSocket[*net.UnixListener](listenFD, cfg.Socket, func(f *os.File) (any, error) { return net.FileListener(f) })
 		listenFD = -1
 		if err != nil {
-			closeTaken()
 			return fail(fmt.Errorf("listening socket: %w", err))
 		}
 		p.ln.SetUnlinkOnClose(true)
@@ -112,22 +115,16 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		first, err = fileSocket[*net.UnixConn](connFD, cfg.Socket, func(f *os.File) (any, error) { return net.FileConn(f) })
 		connFD = -1
 		if err != nil {
-			closeTaken()
 			return fail(fmt.Errorf("vhost-user connection: %w", err))
 		}
 	}
 
 	// Guest memory and the dirty log, mapped from the predecessor's fds.
-	var regions []*guestmem.Region
 	for i, r := range st.Regions {
 		gr, err := guestmem.Map(regionFDs[i], r.GPA, r.Size, r.UVA, r.MmapOffset)
 		unix.Close(regionFDs[i])
 		regionFDs[i] = -1
 		if err != nil {
-			for _, m := range regions {
-				m.Unmap()
-			}
-			closeTaken()
 			return fail(fmt.Errorf("regions[%d]: %w", i, err))
 		}
 		for range r.Adds {
@@ -138,10 +135,6 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 	if len(regions) > 0 {
 		t, err := guestmem.NewTable(regions)
 		if err != nil {
-			for _, m := range regions {
-				m.Unmap()
-			}
-			closeTaken()
 			return fail(err)
 		}
 		p.ctl.mem = t
@@ -151,7 +144,6 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		unix.Close(logFD)
 		logFD = -1
 		if err != nil {
-			closeTaken()
 			return fail(fmt.Errorf("log: %w", err))
 		}
 	}
@@ -186,12 +178,10 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		// predecessor lets go; it is served from Start on.
 		if err := v.rebuild(c.mem, p.queueFeatures()); err != nil {
 			p.unlockAll()
-			closeTaken()
 			return fail(fmt.Errorf("vrings[%d]: %w", i, err))
 		}
 		if v.q != nil && v.q.LastAvail() != hv.Base {
 			p.unlockAll()
-			closeTaken()
 			return fail(fmt.Errorf("vrings[%d]: base %d but the ring's used index is %d: the predecessor was not stopped at a burst boundary",
 				i, hv.Base, v.q.UsedIdx()))
 		}
