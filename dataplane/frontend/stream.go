@@ -73,7 +73,13 @@ func (s *Stream) receive(to *Frontend, senderPairs int) error {
 	deadline := time.Now().Add(StreamTimeout)
 	for received, p := 0, 0; received < s.n; p = (p + 1) % pairs {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d frames arrived within %v", received, s.n, StreamTimeout)
+			var missing []int
+			for i, ok := range got[:s.Sent()] {
+				if !ok && len(missing) < 8 {
+					missing = append(missing, i)
+				}
+			}
+			return fmt.Errorf("%d of %d frames arrived within %v (%d sent; first missing: %v)", received, s.n, StreamTimeout, s.Sent(), missing)
 		}
 		fr, err := to.Recv(p, time.Millisecond)
 		if errors.Is(err, ErrTimeout) {
