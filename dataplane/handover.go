@@ -272,9 +272,11 @@ func (d *Dataplane) StartAdopted() int {
 		}
 	}
 	d.mu.Unlock()
-	for _, p := range start {
-		p.dev.Start()
+	devs := make([]*netdev.Port, len(start))
+	for i, p := range start {
+		devs[i] = p.dev
 	}
+	netdev.StartAll(devs)
 	return len(start)
 }
 

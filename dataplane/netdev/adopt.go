@@ -243,29 +243,35 @@ func fileSocket[T any](fd int, name string, conv func(*os.File) (any, error)) (T
 	return t, nil
 }
 
-// Start begins serving an adopted port: its rings are set up again from
-// where the predecessor stopped, their kicks watched (the caller gave the
-// rings to workers) and their readiness announced, and its session goes
-// on from the message the frontend sends next. Until Start no worker can
-// touch an adopted ring: it has no queue.
-func (p *Port) Start() {
-	p.ctl.Lock()
-	p.lockAll()
-	for _, v := range p.vrings {
-		if v.kickFD >= 0 && v.IsTX() && p.hooks.WatchKick != nil {
-			p.hooks.WatchKick(v, v.kickFD)
-		}
-		if v.broken == nil {
-			p.rebuild(v) // the queue, its notification and log settings; announces it
-		} else {
-			p.changed(v)
+// StartAll begins serving adopted ports: their rings are set up again
+// from where the predecessor stopped, their kicks watched (the caller gave
+// the rings to workers) and their readiness announced, then each session
+// goes on from the message its frontend sends next. Until then no worker
+// can touch an adopted ring: it has no queue. The rings of all the ports
+// start together, under all their locks, so that no frame moves from one
+// port to another that is not served yet (it would be dropped).
+func StartAll(ports []*Port) {
+	unfreeze := FreezeAll(ports)
+	for _, p := range ports {
+		for _, v := range p.vrings {
+			if v.kickFD >= 0 && v.IsTX() && p.hooks.WatchKick != nil {
+				p.hooks.WatchKick(v, v.kickFD)
+			}
+			if v.broken == nil {
+				p.rebuild(v) // the queue, its notification and log settings; announces it
+			} else {
+				p.changed(v)
+			}
 		}
 	}
-	p.unlockAll()
-	var first *net.UnixConn
-	if p.ctl.conn != nil {
-		first = p.ctl.conn.Raw()
+	firsts := make([]*net.UnixConn, len(ports))
+	for i, p := range ports {
+		if p.ctl.conn != nil {
+			firsts[i] = p.ctl.conn.Raw()
+		}
 	}
-	p.ctl.Unlock()
-	p.start(first)
+	unfreeze()
+	for i, p := range ports {
+		p.start(firsts[i])
+	}
 }
