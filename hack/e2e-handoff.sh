@@ -5,7 +5,7 @@
 # config and state directory and takes their live vhost-user sessions over
 # (handoff.sock); the old process then serves nothing and is stopped.
 #
-#   guest a (10.0.0.1): pings b every 10 ms while iperf3 -P 4 runs forward
+#   guest a (10.0.0.1): pings b every 10 ms while iperf3 -P 16 runs forward
 #                       and then reverse (vmq.bgping), the handoff half way
 #                       through the forward run
 #   guest b (10.0.0.2): iperf3 server
@@ -81,7 +81,9 @@ run_role() {
     VMQ_TG_INTERVAL=0.01
     VMQ_TG_GUEST_S=300 VMQ_TG_BACKEND_S=360
     vmq_tg_setup "$work" "$role" "$QUEUES"
-    vmq_tg_boot client,idle vmq.bgping=1 vmq.carrierwatch=1 vmq.streams=4 "vmq.time=$ITIME"
+    # 16 streams: every queue pair of both ports carries some after the
+    # handoff (the successor's counters start there), as e2e-qemu's 32 do
+    vmq_tg_boot client,idle vmq.bgping=1 vmq.carrierwatch=1 vmq.streams=16 "vmq.time=$ITIME"
     old_pid=$VMQ_BE_PID old_log=$VMQ_BE_LOG
     for g in a b; do
         vmq_guest_wait "$g" '^VHOSTMQ-RESULT carrier ' 30 || vmq_fail "guest $g reported no carrier_changes"
