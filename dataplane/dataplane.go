@@ -22,6 +22,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/balance"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
@@ -51,7 +52,19 @@ type Config struct {
 	// Watchdog finds and heals guest TX rings that nobody serves
 	// (watchdog.go); on by default.
 	Watchdog WatchdogConfig
-	Logger   *slog.Logger
+	// Handed is the uplink a predecessor process handed over (an upgrade
+	// without a gap): its tap is adopted when it is the one Uplink names,
+	// and read only once StartAdopted serves the adopted ports.
+	Handed *HandedUplink
+	Logger *slog.Logger
+}
+
+// HandedUplink is the uplink part of a handoff: what the predecessor said
+// of it and the message's fds (New takes the ones it uses, setting them
+// to -1; the caller closes the rest).
+type HandedUplink struct {
+	Uplink *handoff.Uplink
+	FDs    []int
 }
 
 // ErrPortExists and ErrNoPort are returned by AddPort and RemovePort.
@@ -149,7 +162,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.workers = append(d.workers, w)
 	}
 	if cfg.Uplink != nil || cfg.AFXDP != nil {
-		if err := d.openUplink(cfg.Uplink, cfg.AFXDP); err != nil {
+		if err := d.openUplink(cfg.Uplink, cfg.AFXDP, cfg.Handed); err != nil {
 			d.closeWorkers()
 			return nil, err
 		}

@@ -56,12 +56,14 @@ type HandoverReport struct {
 // send, which transmits them and returns once the successor has taken them
 // (nil) or refused (an error). On success this dataplane lets go of the
 // ports without telling their frontends anything and forgets them; on any
-// error every port goes on here as before. A dataplane with an uplink is
-// refused (the uplink is not handed over yet): the caller falls back to a
-// restart, which the frontends see as a reconnect.
+// error every port goes on here as before. A tap uplink goes with the
+// ports: the workers stop reading it (pauseUplink) before the rings
+// freeze, its queues are handed over, and this process never reads them
+// again. An af_xdp uplink is refused: the caller falls back to a restart,
+// which the frontends see as a reconnect.
 func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*handoff.State, []int) error) (HandoverReport, error) {
-	if d.up != nil {
-		return HandoverReport{}, errors.New("handover: the dataplane has an uplink, which cannot be handed over yet")
+	if d.up != nil && d.up.tap == nil {
+		return HandoverReport{}, fmt.Errorf("handover: the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", d.up.kind)
 	}
 	d.placeMu.Lock()
 	d.mu.Lock()
@@ -86,6 +88,11 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 		}
 		suspended = append(suspended, p)
 	}
+	if err := d.pauseUplink(timeout); err != nil {
+		resume()
+		d.placeMu.Unlock()
+		return HandoverReport{}, fmt.Errorf("handover: %w", err)
+	}
 	devs := make([]*netdev.Port, len(ports))
 	for i, p := range ports {
 		devs[i] = p.dev
@@ -101,6 +108,7 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 	if err != nil {
 		unfreeze()
 		resume()
+		d.resumeUplink()
 		d.placeMu.Unlock()
 		d.log.Warn("handover failed; every port goes on in this process", "err", err)
 		return HandoverReport{}, fmt.Errorf("handover: %w", err)
@@ -114,6 +122,7 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 	for _, p := range ports {
 		d.RemovePort(p.dev.Name())
 	}
+	// The uplink stays paused: its queues are the successor's now.
 	d.log.Info("handover done: the successor serves every port", "ports", len(ports), "pause", pause.String())
 	return HandoverReport{Ports: len(ports), Pause: pause}, nil
 }
@@ -149,6 +158,10 @@ func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, 
 		}
 		st.Ports = append(st.Ports, hp)
 	}
+	var err error
+	if st.Uplink, fds, err = d.exportUplink(fds); err != nil {
+		return fail(err)
+	}
 	var macs []handedMAC
 	for _, n := range d.networks() {
 		n.macs.Entries(func(mac vswitch.MAC, owner *port, _ int64) {
@@ -158,7 +171,6 @@ func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, 
 		})
 	}
 	slices.SortFunc(macs, func(a, b handedMAC) int { return strings.Compare(a.Network+a.MAC, b.Network+b.MAC) })
-	var err error
 	if st.Networks, err = json.Marshal(macs); err != nil {
 		return fail(err)
 	}
@@ -277,6 +289,7 @@ func (d *Dataplane) StartAdopted() int {
 		devs[i] = p.dev
 	}
 	netdev.StartAll(devs)
+	d.resumeUplink() // an adopted tap is read from now on
 	return len(start)
 }
 

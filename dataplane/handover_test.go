@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 )
 
@@ -88,13 +90,21 @@ func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *Handove
 // the config cfgs gives it, or refuses the whole handoff.
 func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev.Config) error {
 	t.Helper()
+	_, err := newSideBuilt(t, c, cfgs, nil, func(*handoff.State, []int) (*Dataplane, error) { return d, nil })
+	return err
+}
+
+// newSideBuilt is newSide with the successor's dataplane built once the
+// state is in (as the command does: it adopts the handed uplink).
+func newSideBuilt(t *testing.T, c *handoff.Conn, cfgs map[string]netdev.Config, opts map[string]PortOptions, build func(*handoff.State, []int) (*Dataplane, error)) (*Dataplane, error) {
+	t.Helper()
 	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: "new"}, nil); err != nil {
-		return err
+		return nil, err
 	}
 	var st handoff.State
 	fds, err := c.Recv(handoff.KindState, &st)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		for _, fd := range fds {
@@ -105,8 +115,17 @@ func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev
 	}()
 	if err := st.Check(len(fds)); err != nil {
 		c.Refuse(err.Error())
-		return err
+		return nil, err
 	}
+	d, err := build(&st, fds)
+	if err != nil {
+		c.Refuse(err.Error())
+		return nil, err
+	}
+	return d, adoptAll(d, c, &st, fds, cfgs, opts)
+}
+
+func adoptAll(d *Dataplane, c *handoff.Conn, st *handoff.State, fds []int, cfgs map[string]netdev.Config, opts map[string]PortOptions) error {
 	var adopted []string
 	for _, hp := range st.Ports {
 		var spec HandedPort
@@ -114,7 +133,7 @@ func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev
 			c.Refuse(err.Error())
 			return err
 		}
-		if err := d.AdoptPort(cfgs[spec.Name], PortOptions{}, hp, fds); err != nil {
+		if err := d.AdoptPort(cfgs[spec.Name], opts[spec.Name], hp, fds); err != nil {
 			for _, n := range adopted {
 				d.RemovePort(n) // lets go without touching the sessions
 			}
@@ -123,7 +142,7 @@ func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev
 		}
 		adopted = append(adopted, spec.Name)
 	}
-	if _, err := d.LearnHandedMACs(&st); err != nil {
+	if _, err := d.LearnHandedMACs(st); err != nil {
 		return err
 	}
 	if err := c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
@@ -273,4 +292,108 @@ func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
 		t.Errorf("the successor's release removed a's socket: %v", err)
 	}
 	learn(t, a, b, 2)
+}
+
+// TestHandoverWithTapUplink (#17): the tap uplink goes with the ports. A
+// numbered stream from a guest on the other node comes in through the
+// tap while the port and the tap's queues move to a successor: every
+// frame arrives once and in order (the old workers stop reading the tap
+// before the rings freeze; what came in meanwhile waits in the tap's
+// queues for the successor), the tap is the same interface, still on its
+// bridge, and the old dataplane reads none of it afterwards.
+func TestHandoverWithTapUplink(t *testing.T) {
+	b := newUplinkBed(t)
+	old := uplinkDataplane(t, b.node)
+	peer := uplinkDataplane(t, b.peer)
+	opt := PortOptions{Network: "red", Uplink: true}
+	cfgs := map[string]netdev.Config{"a": {Name: "a", Socket: addPortOpt(t, old, "a", opt), Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500}}
+	a := dial(t, cfgs["a"].Socket, frontend.Config{})
+	bb := dial(t, addPortOpt(t, peer, "b", opt), frontend.Config{})
+	ifindex := func() string {
+		return strings.Fields(nettest.Run(t, "ip", "-n", b.node, "-o", "link", "show", "vmqtap0"))[0]
+	}
+	before := ifindex()
+	// each side learns the other behind its uplink (a fresh bridge port
+	// may take a moment: a's broadcast goes again until b has it)
+	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for i := 0; ; i++ {
+		if err := a.Send(0, ipFrame(bcast, macA)); err != nil {
+			t.Fatal(err)
+		}
+		if fr, err := bb.Recv(0, 300*time.Millisecond); err == nil && isFrom(macA)(fr) {
+			break
+		}
+		if i == 20 {
+			t.Fatal("a's broadcast never reached b")
+		}
+	}
+	if err := bb.Send(0, ipFrame(macA, macB)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, a, "b's unicast at a", isFrom(macB))
+
+	const n = 3000
+	s := frontend.StartStreamMatching(bb, a, n, numberedIP, isNumbered)
+	waitSent(t, s, n/3)
+	oc, nc := handoffPair(t)
+	oldDone, rep := oldSide(old, oc, nil)
+	succ, err := newSideBuilt(t, nc, cfgs, map[string]PortOptions{"a": opt}, func(st *handoff.State, fds []int) (*Dataplane, error) {
+		if st.Uplink == nil || st.Uplink.Name != "vmqtap0" || len(st.Uplink.Queues) != 2 {
+			return nil, fmt.Errorf("handed uplink %+v, want vmqtap0 with 2 queues", st.Uplink)
+		}
+		var d *Dataplane
+		var err error
+		nettest.In(t, b.node, func() {
+			d, err = New(Config{CPUs: []int{0, 1}, Logger: testLogger(t), Uplink: &tap.Config{Name: "vmqtap0", Attach: "br0"},
+				Handed: &HandedUplink{Uplink: st.Uplink, FDs: fds}})
+		})
+		if err == nil {
+			t.Cleanup(d.Close)
+		}
+		return d, err
+	})
+	if err != nil {
+		t.Fatal("successor: ", err)
+	}
+	if err := <-oldDone; err != nil {
+		t.Fatal("old: ", err)
+	}
+	atHandover := s.Sent()
+	waitStream(t, s)
+	t.Logf("handover of %d port and the tap after %d of %d frames, paused %v", rep.Ports, atHandover, n, rep.Pause)
+	if got := ifindex(); got != before {
+		t.Errorf("the tap is interface %s after the handover, %s before: it must be the same one", got, before)
+	}
+	if out := nettest.Run(t, "ip", "-n", b.node, "-d", "link", "show", "vmqtap0"); !strings.Contains(out, "master br0") || !strings.Contains(out, ",UP,") {
+		t.Errorf("tap after the handover:\n%s", out)
+	}
+	ost, _ := old.UplinkStats()
+	nst, _ := succ.UplinkStats()
+	if nst.RxPackets == 0 || !nst.Healthy {
+		t.Errorf("the successor's uplink: %+v; want the stream's rest", nst)
+	}
+	// the old one reads nothing any more; the successor sends too
+	rx := ost.RxPackets
+	if err := a.Send(0, ipFrame(macB, macA)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, bb, "a's unicast at b through the adopted tap", isFrom(macA))
+	s2 := frontend.StartStreamMatching(bb, a, 200, numberedIP, isNumbered)
+	waitStream(t, s2)
+	if ost, _ = old.UplinkStats(); ost.RxPackets != rx {
+		t.Errorf("the old dataplane read %d frames from the tap after the handover", ost.RxPackets-rx)
+	}
+}
+
+// numberedIP is a numbered frame from b to a with a valid IP header
+// checksum: a bridge with br_netfilter drops it otherwise.
+func numberedIP(i int) []byte {
+	f := numbered(macA, macB, i)
+	binary.BigEndian.PutUint16(f[24:], nettest.Checksum(f[14:34]))
+	return f
+}
+
+// isNumbered: b's numbered frames, not what the kernels on the path send.
+func isNumbered(f []byte) bool {
+	return isFrom(macB)(f) && len(f) > 8 && string(f[len(f)-8:len(f)-4]) == "hold"
 }

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/offload"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
@@ -146,11 +147,15 @@ type workerUplink struct {
 	stalled  *port                        // a guest whose held frame waited heldLimit
 	limit    int64                        // heldLimit in ns
 	epfd     int                          // the worker's
-	queueOff bool                         // the queue is out of the epoll set (armHeld)
-	notifyOn *netdev.Vring                // the RX ring armHeld asked to kick
-	pending  bool                         // frames sent since the last Flush
-	tapq     *tapQueue                    // the tap queue (vnet headers), nil for af_xdp
-	meta     upMeta                       // offload metadata of the frame at next (offloads.go)
+	queueOff bool                         // the queue is out of the epoll set (armHeld, or parked)
+	// pause asks the worker to stop reading the queue once it delivered
+	// what it read (a handoff: frames wait in the device's queue for the
+	// successor); parked says it has.
+	pause, parked atomic.Bool
+	notifyOn      *netdev.Vring // the RX ring armHeld asked to kick
+	pending       bool          // frames sent since the last Flush
+	tapq          *tapQueue     // the tap queue (vnet headers), nil for af_xdp
+	meta          upMeta        // offload metadata of the frame at next (offloads.go)
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
 	known map[vswitch.MAC]struct{}
@@ -206,22 +211,30 @@ func (q *tapQueue) Send(off, n int) bool {
 
 // openUplink opens the configured uplink device and puts each worker's
 // queue into its epoll set.
-func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config) error {
+func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedUplink) error {
 	u := &uplink{}
+	paused := false // an adopted tap is read once the adopted ports are served
 	queues := make([]uplinkQueue, len(d.workers))
 	switch {
 	case tc != nil && xc != nil:
 		return errors.New("uplink: tap and af_xdp exclude each other")
 	case tc != nil:
-		dev, err := tap.Open(*tc, len(d.workers))
+		dev, adopted, err := adoptTap(tc, handed, len(d.workers))
 		if err != nil {
-			return fmt.Errorf("uplink.tap.%w", err)
+			return fmt.Errorf("uplink.tap: the predecessor's tap: %w", err)
 		}
+		if !adopted {
+			if dev, err = tap.Open(*tc, len(d.workers)); err != nil {
+				return fmt.Errorf("uplink.tap.%w", err)
+			}
+		}
+		paused = adopted
 		u.kind, u.tap, u.mtu = UplinkTap, dev, dev.Config().MTU
 		for i := range queues {
 			queues[i] = &tapQueue{fd: dev.Queue(i)}
 		}
-		d.log.Info("tap uplink up", "tap", tc.Name, "attach", tc.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU)
+		d.log.Info("tap uplink up", "tap", tc.Name, "attach", tc.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU,
+			"adopted", adopted)
 	default:
 		dev, err := afxdp.Open(*xc, len(d.workers))
 		if err != nil {
@@ -250,6 +263,7 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config) error {
 		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}, limit: int64(heldLimit), epfd: w.epfd}
 		w.up.tapq, _ = queues[i].(*tapQueue)
 		w.up.held.kick = -1
+		w.up.pause.Store(paused)
 		w.wake()
 	}
 	d.up = u
@@ -469,6 +483,11 @@ func (w *worker) serveUplink() bool {
 	wu := w.up
 	u := wu.u
 	worked := false
+	paused := wu.pause.Load()
+	if !paused && wu.parked.Load() {
+		wu.parked.Store(false)
+		wu.pollQueue(true)
+	}
 	var now int64 // read once, and only when there are frames
 	if wu.held.to != nil {
 		if !w.retryHeld() {
@@ -497,7 +516,7 @@ func (w *worker) serveUplink() bool {
 			wu.q.Release() // delivered frames are copies
 			wu.next, wu.n = 0, 0
 		}
-		if got >= burstSize {
+		if got >= burstSize || paused {
 			break
 		}
 		n := wu.q.Receive(wu.frames[:burstSize-got])
@@ -512,7 +531,97 @@ func (w *worker) serveUplink() bool {
 		w.releaseRX(true)
 		w.callTouched()
 	}
+	if paused && !wu.parked.Load() {
+		// everything read is delivered (a held frame returned above)
+		wu.pollQueue(false)
+		wu.parked.Store(true)
+	}
 	return worked
+}
+
+// pauseUplink stops every worker reading its uplink queue, once each has
+// delivered what it already read (a held frame included, which waits at
+// most heldLimit): from then on frames wait in the device's queues. A
+// handoff pauses the uplink before it freezes the rings, so that no frame
+// is read and not delivered. The workers go on serving their rings.
+func (d *Dataplane) pauseUplink(timeout time.Duration) error {
+	if d.up == nil {
+		return nil
+	}
+	for _, w := range d.workers {
+		w.up.pause.Store(true)
+		w.wake()
+	}
+	deadline := time.Now().Add(timeout)
+	for _, w := range d.workers {
+		for i := 1; !w.up.parked.Load(); i++ {
+			if time.Now().After(deadline) {
+				d.resumeUplink()
+				return fmt.Errorf("uplink: worker %d did not stop reading its queue within %v", w.id, timeout)
+			}
+			if i%20 == 0 {
+				w.wake()
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// resumeUplink lets the workers read their uplink queues again.
+func (d *Dataplane) resumeUplink() {
+	if d.up == nil {
+		return
+	}
+	for _, w := range d.workers {
+		w.up.pause.Store(false)
+		w.wake()
+	}
+}
+
+// exportUplink describes the tap uplink for a successor and duplicates
+// its queues' fds (appended to fds). An af_xdp uplink cannot be handed:
+// its NIC queues are bound to this process's sockets and UMEM.
+func (d *Dataplane) exportUplink(fds []int) (*handoff.Uplink, []int, error) {
+	u := d.up
+	if u == nil {
+		return nil, fds, nil
+	}
+	if u.tap == nil {
+		return nil, fds, fmt.Errorf("the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", u.kind)
+	}
+	cfg := u.tap.Config()
+	hu := &handoff.Uplink{Kind: u.kind, Name: cfg.Name, Attach: cfg.Attach, MTU: cfg.MTU}
+	for i := range u.tap.Queues() {
+		fd, err := unix.FcntlInt(uintptr(u.tap.Queue(i)), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fds, fmt.Errorf("uplink: dup of queue %d: %w", i, err)
+		}
+		hu.Queues = append(hu.Queues, len(fds))
+		fds = append(fds, fd)
+	}
+	return hu, fds, nil
+}
+
+// adoptTap takes the predecessor's tap queues (an upgrade without a gap)
+// when its tap is the one tc names; false when it is another (the handed
+// queues are left to the caller, who closes them) and the tap is opened
+// as usual.
+func adoptTap(tc *tap.Config, h *HandedUplink, queues int) (*tap.Device, bool, error) {
+	if h == nil || h.Uplink == nil {
+		return nil, false, nil
+	}
+	hu := h.Uplink
+	if hu.Kind != UplinkTap || hu.Name != tc.Name {
+		return nil, false, nil
+	}
+	qfds := make([]int, len(hu.Queues))
+	for i, idx := range hu.Queues {
+		qfds[i] = h.FDs[idx]
+		h.FDs[idx] = -1
+	}
+	dev, err := tap.Adopt(*tc, qfds, queues)
+	return dev, true, err
 }
 
 // fromUplink learns and switches one frame from the uplink. It reports
@@ -635,7 +744,7 @@ func (w *worker) armHeld() (more bool) {
 // pollQueue stops or resumes waiting for the uplink queue.
 func (wu *workerUplink) pollQueue(on bool) {
 	fd := wu.q.FD()
-	if fd < 0 || wu.queueOff == !on {
+	if fd < 0 || wu.queueOff == !on || on && wu.parked.Load() {
 		return
 	}
 	wu.queueOff = !on

@@ -141,6 +141,11 @@ ports:
 		return nil
 	}
 	inFlightAtKill, discarded := 0, 0
+	// The kill comes a random moment after a burst is sent, within
+	// maxDelay, which follows what the kills find: shorter after a kill
+	// that came when the burst was done, longer after one inside it. How
+	// long a burst takes depends on the machine.
+	maxDelay := 300 * time.Microsecond
 	api := filepath.Join(dir, "api.sock")
 	const kills = 100
 	for k := 0; k <= kills; k++ {
@@ -158,7 +163,7 @@ ports:
 			}
 		}
 		if k < kills {
-			delay := time.Duration(rand.IntN(300)) * time.Microsecond
+			delay := time.Duration(rand.Int64N(int64(maxDelay)))
 			go func(c *exec.Cmd) {
 				time.Sleep(delay)
 				out := 0
@@ -176,6 +181,9 @@ ports:
 		}
 		if <-killed > 0 {
 			inFlightAtKill++
+			maxDelay = min(maxDelay*5/4, 300*time.Microsecond)
+		} else {
+			maxDelay = max(maxDelay*3/4, 5*time.Microsecond)
 		}
 		// What the guest had received before the kill it keeps (its
 		// rings are its own); the rest crosses after the restart.
@@ -250,8 +258,8 @@ ports:
 			twice++
 		}
 	}
-	t.Logf("%d kills (%d with TX chains in flight), %d frames sent, %d arrived (%d of them more than once), %d dropped (and counted) while a restarted process set its rings up",
-		kills, inFlightAtKill, next, len(got), twice, discarded)
+	t.Logf("%d kills (%d with TX chains in flight; kills at most %v after a burst at the end), %d frames sent, %d arrived (%d of them more than once), %d dropped (and counted) while a restarted process set its rings up",
+		kills, inFlightAtKill, maxDelay, next, len(got), twice, discarded)
 	if outstanding != 0 {
 		t.Errorf("%d TX chains never came back", outstanding)
 	}

@@ -43,14 +43,24 @@ func run(path string) error {
 		level.UnmarshalText([]byte(cfg.LogLevel)) // validated by Load
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
-		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig()})
+	// A dataplane still running on the state directory (an upgrade) hands
+	// its ports and tap uplink over: asked before the uplink is opened.
+	take, err := agent.AskPredecessor(cfg.StateDir, log)
 	if err != nil {
+		return err
+	}
+	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
+		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig(),
+		Handed: take.Uplink()})
+	if err != nil {
+		if take != nil {
+			take.Refuse(err, log)
+		}
 		return err
 	}
 	defer dp.Close()
 	ag, err := agent.New(agent.Config{SlotsPerCPU: cfg.SlotsPerCPU, SocketRoot: cfg.SocketRoot, StateDir: cfg.StateDir,
-		APISocket: cfg.APISocket, MetricsAddress: cfg.MetricsAddress, Logger: log}, dp)
+		APISocket: cfg.APISocket, MetricsAddress: cfg.MetricsAddress, Logger: log, Asked: true, Takeover: take}, dp)
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,11 @@ type Config struct {
 	// MetricsAddress serves /metrics, /healthz and /readyz; empty = off.
 	MetricsAddress string
 	Logger         *slog.Logger
+	// Asked says the caller already asked for a predecessor's ports
+	// (AskPredecessor) and Takeover is the answer (nil: none); else New
+	// asks.
+	Asked    bool
+	Takeover *Takeover
 }
 
 // Defaults for Config.
@@ -137,9 +142,12 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	}
 	// An agent still running here hands its live ports over first (it
 	// saves the state file as it does).
-	take, err := a.askPredecessor()
-	if err != nil {
-		return nil, err
+	take := cfg.Takeover
+	if !cfg.Asked {
+		var err error
+		if take, err = a.askPredecessor(); err != nil {
+			return nil, err
+		}
 	}
 	a.take = take
 	for _, cpu := range dp.CPUs() {

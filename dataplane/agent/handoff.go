@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -150,10 +151,42 @@ type takeover struct {
 	t0      time.Time
 }
 
-// askPredecessor asks an agent still running on the state directory for
-// its ports. No one answering is no predecessor (nil, nil); one that
-// answers and then fails the exchange is an error: it goes on serving, and
-// this process must not start beside it.
+// Takeover is a handoff in progress on the successor's side, from
+// AskPredecessor to the agent's Serve.
+type Takeover = takeover
+
+// AskPredecessor asks an agent still running on the state directory for
+// its ports, before this process builds its dataplane (which adopts the
+// handed uplink: Uplink). No one answering is no predecessor (nil, nil);
+// one that answers and then fails the exchange is an error: it goes on
+// serving, and this process must not start beside it. Pass the result to
+// New (Config.Asked, Config.Takeover), or Refuse it.
+func AskPredecessor(stateDir string, log *slog.Logger) (*Takeover, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Agent{cfg: Config{StateDir: stateDir}, log: log}
+	return a.askPredecessor()
+}
+
+// Uplink is the uplink the predecessor handed over, for dataplane.Config.
+func (t *takeover) Uplink() *dataplane.HandedUplink {
+	if t == nil || t.st.Uplink == nil {
+		return nil
+	}
+	return &dataplane.HandedUplink{Uplink: t.st.Uplink, FDs: t.fds}
+}
+
+// Refuse ends a takeover this process cannot finish (its dataplane could
+// not be built): the predecessor goes on serving.
+func (t *takeover) Refuse(why error, log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
+	t.refuse(&Agent{log: log}, why)
+}
+
+// askPredecessor is AskPredecessor.
 func (a *Agent) askPredecessor() (*takeover, error) {
 	path := filepath.Join(a.cfg.StateDir, handoffName)
 	nc, err := net.DialTimeout("unix", path, time.Second)
@@ -197,6 +230,7 @@ func (t *takeover) refuse(a *Agent, why error) {
 	for _, name := range t.adopted {
 		a.dp.RemovePort(name)
 	}
+	a.log.Warn("handoff refused: the predecessor goes on serving", "why", why)
 	t.c.Refuse(why.Error())
 	t.close()
 }

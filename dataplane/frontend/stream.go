@@ -17,6 +17,7 @@ import (
 // receive ring holds, so a frame lost is never a full ring's doing.
 type Stream struct {
 	n        int
+	match    func([]byte) bool
 	sent     atomic.Int64
 	received atomic.Int64
 	sendErr  chan error
@@ -32,7 +33,14 @@ const StreamTimeout = 30 * time.Second
 // StartStream starts the sender and the receiver; frame(i) builds frame i,
 // ending in i's 4 bytes.
 func StartStream(from, to *Frontend, n int, frame func(i int) []byte) *Stream {
-	s := &Stream{n: n, sendErr: make(chan error, 1), recvErr: make(chan error, 1)}
+	return StartStreamMatching(from, to, n, frame, nil)
+}
+
+// StartStreamMatching is StartStream where the receiver skips the frames
+// match refuses (frames a kernel on the path sends on its own, such as
+// IPv6 neighbour discovery); nil matches every frame.
+func StartStreamMatching(from, to *Frontend, n int, frame func(i int) []byte, match func([]byte) bool) *Stream {
+	s := &Stream{n: n, match: match, sendErr: make(chan error, 1), recvErr: make(chan error, 1)}
 	pairs := from.Config().QueuePairs
 	go func() { s.sendErr <- s.send(from, pairs, frame) }()
 	go func() { s.recvErr <- s.receive(to, pairs) }()
@@ -87,6 +95,9 @@ func (s *Stream) receive(to *Frontend, senderPairs int) error {
 		}
 		if err != nil {
 			return err
+		}
+		if s.match != nil && !s.match(fr) {
+			continue
 		}
 		if len(fr) < 4 {
 			return fmt.Errorf("a %d-byte frame", len(fr))

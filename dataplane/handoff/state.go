@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -26,6 +27,18 @@ type State struct {
 	// Networks are the switch's learned MAC entries and DHCP leases per
 	// network, in the switch's own encoding.
 	Networks json.RawMessage `json:"networks,omitempty"`
+	// Uplink is the tap uplink, when the dataplane has one.
+	Uplink *Uplink `json:"uplink,omitempty"`
+}
+
+// Uplink is the dataplane's tap uplink: its config, to be compared with
+// the successor's, and its queues (fd indexes, one per worker).
+type Uplink struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Attach string `json:"attach"`
+	MTU    int    `json:"mtu"`
+	Queues []int  `json:"queues"`
 }
 
 // Port is one vhost-user port and its live session.
@@ -144,6 +157,19 @@ func (s *State) Check(nfds int) error {
 				if err := use(f.fd, vat+"."+f.name); err != nil {
 					return err
 				}
+			}
+		}
+	}
+	if u := s.Uplink; u != nil {
+		if len(u.Queues) == 0 {
+			return errors.New("uplink.queues: none")
+		}
+		for i, fd := range u.Queues {
+			if fd == -1 {
+				return fmt.Errorf("uplink.queues[%d]: a queue needs its fd", i)
+			}
+			if err := use(fd, fmt.Sprintf("uplink.queues[%d]", i)); err != nil {
+				return err
 			}
 		}
 	}

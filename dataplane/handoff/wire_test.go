@@ -162,6 +162,10 @@ func TestCheck(t *testing.T) {
 		{func(s *State) { s.Ports[0].Regions[0].FD = -1 }, "ports[0].regions[0].fd: a region needs its fd"},
 		{func(s *State) { s.Ports[0].Conn = -7 }, "ports[0].conn: fd index -7"},
 		{func(s *State) { s.Ports[0].Spec = nil }, "ports[0].spec: missing"},
+		{func(s *State) { s.Uplink = &Uplink{Kind: "tap"} }, "uplink.queues: none"},
+		{func(s *State) { s.Uplink = &Uplink{Queues: []int{-1}} }, "uplink.queues[0]: a queue needs its fd"},
+		{func(s *State) { s.Uplink = &Uplink{Queues: []int{5}} }, "uplink.queues[0]: fd index 5 also names ports[0].vrings[0].call"},
+		{func(s *State) { s.Uplink = &Uplink{Queues: []int{6}} }, "uplink.queues[0]: fd index 6 outside"},
 	} {
 		s := base()
 		tc.edit(&s)

@@ -168,21 +168,30 @@ func openQueue(name string) (fd int, uso bool, err error) {
 		unix.Close(fd)
 		return -1, false, fmt.Errorf("TUNSETIFF: %w", err)
 	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, HdrLen); err != nil {
+	if uso, err = setOffloads(fd); err != nil {
 		unix.Close(fd)
-		return -1, false, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
-	}
-	uso = true
-	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, Offloads)
-	if errors.Is(err, unix.EINVAL) {
-		uso = false
-		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloadsNoUSO)
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, false, fmt.Errorf("TUNSETOFFLOAD: %w", err)
+		return -1, false, err
 	}
 	return fd, uso, nil
+}
+
+// setOffloads turns the offloads on and reports whether the kernel took
+// USO.
+func setOffloads(fd int) (uso bool, err error) {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, HdrLen); err != nil {
+		return false, fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
+	}
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, Offloads)
+	if errors.Is(err, unix.EINVAL) {
+		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, offloadsNoUSO)
+		uso = false
+	} else {
+		uso = true
+	}
+	if err != nil {
+		return false, fmt.Errorf("TUNSETOFFLOAD: %w", err)
+	}
+	return uso, nil
 }
 
 // Caps says what the tap takes whole from the dataplane: everything a
@@ -241,4 +250,122 @@ func (d *Device) Close() {
 	if d.nl != nil {
 		d.nl.Close()
 	}
+}
+
+// Adopt takes over the tap a predecessor process had open (an upgrade
+// without a gap): fds are its queues, received over the handoff socket.
+// Each must be a queue of the multiqueue tap cfg.Name with vnet headers;
+// the tap is set to cfg (MTU, bridge, up) as Open would. More queues than
+// fds are opened on the same tap, extra fds closed. Adopt takes every fd
+// it is given (setting fds[i] to -1), used or closed, error or not.
+func Adopt(cfg Config, fds []int, queues int) (_ *Device, err error) {
+	var taken []int
+	for i, fd := range fds {
+		if fd >= 0 {
+			taken = append(taken, fd)
+		}
+		fds[i] = -1
+	}
+	closeAll := func() {
+		for _, fd := range taken {
+			unix.Close(fd)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		closeAll()
+		return nil, err
+	}
+	if queues < 1 || queues > MaxQueues {
+		closeAll()
+		return nil, fmt.Errorf("queues: %d is outside 1..%d", queues, MaxQueues)
+	}
+	if len(taken) == 0 {
+		return nil, errors.New("adopt: no tap queue was handed over")
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	d := &Device{cfg: cfg, nl: nl}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	for i, fd := range taken {
+		if i < queues {
+			d.fds = append(d.fds, fd) // closed by d.Close on error
+		} else {
+			unix.Close(fd) // the kernel detaches the queue
+		}
+	}
+	d.uso = true
+	for i, fd := range d.fds {
+		if err := checkQueue(fd, cfg.Name); err != nil {
+			return nil, fmt.Errorf("adopt: handed queue %d: %w", i, err)
+		}
+		uso, err := setOffloads(fd)
+		if err != nil {
+			return nil, fmt.Errorf("adopt: handed queue %d: %w", i, err)
+		}
+		d.uso = d.uso && uso
+	}
+	for len(d.fds) < queues {
+		fd, uso, err := openQueue(cfg.Name)
+		if err != nil {
+			return nil, fmt.Errorf("tap %s: another queue: %w", cfg.Name, err)
+		}
+		d.fds = append(d.fds, fd)
+		d.uso = d.uso && uso
+	}
+	link, err := nl.LinkByName(cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("tap %s: %w", cfg.Name, err)
+	}
+	if link.Attrs().MTU != cfg.MTU {
+		if err := nl.LinkSetMTU(link, cfg.MTU); err != nil {
+			return nil, fmt.Errorf("tap %s: mtu %d: %w", cfg.Name, cfg.MTU, err)
+		}
+	}
+	if cfg.Attach != "" {
+		br, err := d.bridge()
+		if err != nil {
+			return nil, err
+		}
+		if link.Attrs().MasterIndex != br.Attrs().Index {
+			if err := nl.LinkSetMaster(link, br); err != nil {
+				return nil, fmt.Errorf("tap %s: attaching to %s: %w", cfg.Name, cfg.Attach, err)
+			}
+		}
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := nl.LinkSetUp(link); err != nil {
+			return nil, fmt.Errorf("tap %s: set up: %w", cfg.Name, err)
+		}
+	}
+	return d, nil
+}
+
+// checkQueue verifies that fd is a queue of the multiqueue tap name with
+// vnet headers (TUNGETIFF).
+func checkQueue(fd int, name string) error {
+	ifr, err := unix.NewIfreq("")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.TUNGETIFF, ifr); err != nil {
+		return fmt.Errorf("not a tap queue: TUNGETIFF: %w", err)
+	}
+	const want = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_MULTI_QUEUE | unix.IFF_VNET_HDR
+	if got := ifr.Name(); got != name {
+		return fmt.Errorf("a queue of tap %q, this dataplane's tap is %q", got, name)
+	}
+	if flags := ifr.Uint16(); flags&want != want {
+		return fmt.Errorf("tap %q has flags %#x, not a multiqueue tap with vnet headers (%#x)", name, flags, want)
+	}
+	return nil
 }
