@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -38,7 +39,12 @@ type Config struct {
 	SocketUID          int    // owner of allocation directories; default 107 (qemu in KubeVirt)
 	SocketGID          int
 	SocketMode         os.FileMode // default 0770, never wider
-	Logger             *slog.Logger
+	// Instance tells this plugin's socket from another instance's of the
+	// same resource (the pod's UID): during an upgrade the new pod's
+	// plugin registers while the old one still runs, and the kubelet
+	// keeps them apart by socket. Default: the process ID.
+	Instance string
+	Logger   *slog.Logger
 }
 
 // Defaults.
@@ -66,6 +72,9 @@ type Plugin struct {
 	reason  string          // why devices are unhealthy, for logs
 	changed chan struct{}   // closed and replaced on every change
 	gone    bool            // shutting down: report no devices
+	// successor: when this one stopped, another instance served the
+	// resource (set by serveOnce, read by Run after it)
+	successor bool
 
 	pluginapi.UnimplementedDevicePluginServer
 	registerapi.UnimplementedRegistrationServer
@@ -95,7 +104,12 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = fmt.Sprintf("pid%d", os.Getpid())
+	}
 	switch {
+	case !instanceRE.MatchString(cfg.Instance):
+		return nil, fmt.Errorf("instance: %q must be 1..64 of [a-zA-Z0-9-]", cfg.Instance)
 	case strings.Count(cfg.ResourceName, "/") != 1 || strings.HasPrefix(cfg.ResourceName, "/") || strings.HasSuffix(cfg.ResourceName, "/"):
 		return nil, fmt.Errorf("resource: %q is not a domain-qualified name like vhostmq.io/queue-pairs", cfg.ResourceName)
 	case cfg.AgentSocket == "":
@@ -109,9 +123,17 @@ func New(cfg Config) (*Plugin, error) {
 		healthy: map[string]bool{}, changed: make(chan struct{})}, nil
 }
 
-// socketName is the plugin's socket file name, unique per resource.
+var instanceRE = regexp.MustCompile(`^[a-zA-Z0-9-]{1,64}$`)
+
+// socketPrefix starts the socket name of every instance of the resource.
+func (p *Plugin) socketPrefix() string {
+	return strings.ReplaceAll(p.cfg.ResourceName, "/", "_") + "-"
+}
+
+// socketName is the plugin's socket file name, unique per resource and
+// instance.
 func (p *Plugin) socketName() string {
-	return strings.ReplaceAll(p.cfg.ResourceName, "/", "_") + ".sock"
+	return p.socketPrefix() + p.cfg.Instance + ".sock"
 }
 
 // notify wakes every ListAndWatch stream. Caller holds mu.

@@ -275,3 +275,110 @@ func TestLiveAllocations(t *testing.T) {
 		t.Errorf("live allocations %v, want only %s", live, want)
 	}
 }
+
+// TestUpgradeSurge (#17): during a rolling upgrade with maxSurge the new
+// pod's plugin registers beside the old one, on its own socket; when the
+// old one stops it neither reports the devices gone (the kubelet would
+// set the resource's allocatable to 0 under the new plugin) nor removes
+// the device-info files or the allocations, which are the new one's now;
+// it removes only its own socket. A later stop with no other instance is
+// an uninstall: devices gone, files removed. A dead instance's socket is
+// removed by the next one to start.
+func TestUpgradeSurge(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "dp")
+	defer os.RemoveAll(dir)
+	kdir := filepath.Join(dir, "kubelet")
+	regs := make(chan *pluginapi.RegisterRequest, 8)
+	startKubelet(t, kdir, regs)
+	agenttest.Start(t, dir, 4)
+	// a socket left by an instance killed earlier
+	stale := filepath.Join(kdir, "device-plugins", "vhostmq.io_queue-pairs-killed.sock")
+	if l, err := net.Listen("unix", stale); err == nil {
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close()
+	}
+	start := func(instance string) (*Plugin, func(), *pluginapi.RegisterRequest) {
+		p, err := New(Config{AgentSocket: filepath.Join(dir, "api.sock"), KubeletDir: kdir, SocketRoot: filepath.Join(dir, "alloc"),
+			DevInfoDir: filepath.Join(dir, "devinfo"), SocketUID: os.Getuid(), SocketGID: os.Getgid(), Logger: agenttest.Logger(),
+			Instance: instance})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- p.Run(ctx) }()
+		var reg *pluginapi.RegisterRequest
+		select {
+		case reg = <-regs:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s did not register", instance)
+		}
+		return p, func() { cancel(); <-ran }, reg
+	}
+	watch := func(reg *pluginapi.RegisterRequest) pluginapi.DevicePlugin_ListAndWatchClient {
+		conn, err := grpc.NewClient("unix://"+filepath.Join(kdir, "device-plugins", reg.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		law, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			r, err := law.Recv()
+			if err != nil || time.Now().After(deadline) {
+				t.Fatalf("%s: no list of 4 devices: %v, %v", reg.Endpoint, r, err)
+			}
+			if len(r.Devices) == 4 {
+				return law
+			}
+		}
+	}
+	// drain reads a stream to its end and says whether it ever listed no
+	// devices.
+	drain := func(law pluginapi.DevicePlugin_ListAndWatchClient) (sawEmpty bool) {
+		for {
+			r, err := law.Recv()
+			if err != nil {
+				return sawEmpty
+			}
+			sawEmpty = sawEmpty || len(r.Devices) == 0
+		}
+	}
+
+	old, stopOld, regOld := start("old-pod")
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead instance's socket is still there: %v", err)
+	}
+	lawOld := watch(regOld)
+	if _, err := old.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"c0-s0"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, stopNew, regNew := start("new-pod")
+	if regNew.Endpoint == regOld.Endpoint || regNew.ResourceName != regOld.ResourceName {
+		t.Fatalf("old registered %s, new %s: the same resource on distinct sockets expected", regOld.Endpoint, regNew.Endpoint)
+	}
+	lawNew := watch(regNew)
+	stopOld()
+	if drain(lawOld) {
+		t.Error("the old instance reported the devices gone while the new one served them")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*")); len(m) == 0 {
+		t.Error("the old instance removed the device-info files the new one serves")
+	}
+	if _, err := os.Lstat(filepath.Join(kdir, "device-plugins", regOld.Endpoint)); !os.IsNotExist(err) {
+		t.Errorf("the old instance's socket is still there: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(kdir, "device-plugins", regNew.Endpoint)); err != nil {
+		t.Errorf("the new instance's socket: %v", err)
+	}
+	// the new one alone: its stop is an uninstall
+	stopNew()
+	if !drain(lawNew) {
+		t.Error("the last instance stopped without reporting its devices gone")
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*")); len(m) != 0 {
+		t.Errorf("device-info files left after the last instance stopped: %v", m)
+	}
+}

@@ -26,7 +26,9 @@ import (
 // whenever the kubelet restarts (kubelet.sock is re-created; an inotify
 // watch sees it at once) or the gRPC server dies. On the way out it
 // reports no devices, so no stale capacity stays behind, and removes its
-// device-info files.
+// device-info files, unless another instance of the plugin serves the
+// resource by then (an upgrade: the new pod's plugin took over, and the
+// devices, the allocations and their files are its).
 func (p *Plugin) Run(ctx context.Context) error {
 	go p.routineAgent(ctx)
 	go p.routineReconcile(ctx)
@@ -34,9 +36,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watching the kubelet socket: %w", err)
 	}
+	p.removeStaleInstances()
 	defer func() {
-		// Stopping (an uninstall, or an upgrade): reclaim what no pod holds
-		// now, grace or not, then drop the device-info files.
+		if p.successor {
+			p.log.Info("another instance serves the resource: its devices and allocations stay")
+			return
+		}
+		// Stopping (an uninstall): reclaim what no pod holds now, grace or
+		// not, then drop the device-info files.
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if live, err := p.liveAllocations(lctx); err == nil {
@@ -84,9 +91,14 @@ func (p *Plugin) serveOnce(ctx context.Context, kubeletRestarted <-chan struct{}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {
-		// Tell the kubelet the devices are gone before the stream closes.
+		// Tell the kubelet the devices are gone before the stream closes,
+		// unless a successor serves them.
+		stopping := ctx.Err() != nil
+		if stopping {
+			p.successor = p.otherInstanceServing()
+		}
 		p.mu.Lock()
-		p.gone = ctx.Err() != nil
+		p.gone = stopping && !p.successor
 		p.notify()
 		p.mu.Unlock()
 		if p.gone {
@@ -122,6 +134,50 @@ func (p *Plugin) serveOnce(ctx context.Context, kubeletRestarted <-chan struct{}
 			return nil
 		case <-gone:
 			return errors.New("plugin socket removed")
+		}
+	}
+}
+
+// instanceSockets lists the sockets of every other instance of the
+// resource, in both registration directories.
+func (p *Plugin) instanceSockets() []string {
+	var out []string
+	for _, sub := range []string{"device-plugins", "plugins_registry"} {
+		m, _ := filepath.Glob(filepath.Join(p.cfg.KubeletDir, sub, p.socketPrefix()+"*.sock"))
+		for _, path := range m {
+			if filepath.Base(path) != p.socketName() {
+				out = append(out, path)
+			}
+		}
+	}
+	return out
+}
+
+// otherInstanceServing reports whether another instance of the plugin
+// answers on its socket.
+func (p *Plugin) otherInstanceServing() bool {
+	for _, path := range p.instanceSockets() {
+		if c, err := net.DialTimeout("unix", path, 500*time.Millisecond); err == nil {
+			c.Close()
+			p.log.Info("another instance of the plugin serves the resource", "socket", path)
+			return true
+		}
+	}
+	return false
+}
+
+// removeStaleInstances removes the sockets of instances that died
+// without removing them (nobody listens: connection refused), so that the
+// kubelet's plugin watcher does not try them.
+func (p *Plugin) removeStaleInstances() {
+	for _, path := range p.instanceSockets() {
+		c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) && os.Remove(path) == nil {
+			p.log.Info("stale plugin socket removed", "socket", path)
 		}
 	}
 }

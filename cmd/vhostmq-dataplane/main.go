@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/agent"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
@@ -21,10 +24,24 @@ import (
 
 func main() {
 	path := flag.String("config", "", "path of the YAML config file (required)")
+	probe := flag.String("probe", "", `"ready": exit 0 if the dataplane answering on the config's API socket runs in this pod ($POD_UID), else 1 (the node pod's readiness probe: during an upgrade both pods share the socket)`)
 	flag.Parse()
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "vhostmq-dataplane: --config FILE is required")
 		flag.Usage()
+		os.Exit(2)
+	}
+	switch *probe {
+	case "":
+	case "ready":
+		if err := probeReady(*path); err != nil {
+			fmt.Fprintln(os.Stderr, "not ready:", err)
+			os.Exit(1)
+		}
+		fmt.Println("ready")
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "vhostmq-dataplane: --probe: %q is not \"ready\"\n", *probe)
 		os.Exit(2)
 	}
 	if err := run(*path); err != nil {
@@ -128,4 +145,30 @@ func staticSpec(p *config.Port) *agentv1.PortSpec {
 		s.Polling = agentv1.PollingMode_POLLING_BUSY
 	}
 	return s
+}
+
+// probeReady asks the agent on the config's API socket which pod it runs
+// in: this pod's dataplane is ready once it serves the API (after a
+// takeover, once it serves the ports), not while its predecessor still
+// does.
+func probeReady(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("unix://"+cfg.APISocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	h, err := agentv1.NewAgentClient(conn).GetHandoff(ctx, &agentv1.GetHandoffRequest{})
+	if err != nil {
+		return fmt.Errorf("the API on %s: %w", cfg.APISocket, err)
+	}
+	if pod := os.Getenv(agent.PodEnv); pod != "" && h.GetPod() != pod {
+		return fmt.Errorf("the API on %s is served by pod %q (build %s), this is pod %q", cfg.APISocket, h.GetPod(), h.GetBuild(), pod)
+	}
+	return nil
 }

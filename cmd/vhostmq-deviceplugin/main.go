@@ -27,6 +27,7 @@ func main() {
 	flag.StringVar(&cfg.DevInfoDir, "devinfo-dir", plugin.DefaultDevInfoDir, "device-info directory (device-info spec 1.1.0)")
 	flag.StringVar(&owner, "socket-owner", "107:107", "uid:gid owning allocation directories (qemu in KubeVirt is 107)")
 	flag.StringVar(&mode, "socket-mode", "0770", "mode of allocation directories, at most 0770")
+	flag.StringVar(&cfg.Instance, "instance", os.Getenv("POD_UID"), "tells this plugin's socket from another instance's during an upgrade (default $POD_UID, else the process ID)")
 	flag.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 	if err := parse(&cfg, owner, mode, level); err != nil {

@@ -106,6 +106,7 @@ type Agent struct {
 	handing     bool
 	handedOver  atomic.Bool
 	lastHandoff *Handoff
+	handedBy    string        // the pod that handed its ports to this process, if any
 	served      chan struct{} // closed once Serve answers (after a takeover)
 	stopMu      sync.Mutex
 	stops       []func() // what stopServing ends: the API, metrics, handoff.sock

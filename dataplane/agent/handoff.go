@@ -34,6 +34,10 @@ import (
 // otherwise the old process went back to serving, and the successor lets
 // go of everything it adopted.
 
+// PodEnv names the environment variable with the pod's UID (the chart
+// sets it from the downward API).
+const PodEnv = "POD_UID"
+
 const (
 	handoffName = "handoff.sock"
 	lockName    = "dataplane.lock"
@@ -197,7 +201,7 @@ func (a *Agent) askPredecessor() (*takeover, error) {
 	t := &takeover{c: c, t0: time.Now(), byName: map[string]int{}}
 	a.log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path)
 	nc.SetDeadline(time.Now().Add(handoffWait))
-	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build()}, nil); err != nil {
+	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build(), Pod: os.Getenv(PodEnv)}, nil); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handoff: hello: %w", err)
 	}
@@ -295,6 +299,7 @@ func (t *takeover) finish(a *Agent) error {
 		return fmt.Errorf("handoff: the predecessor still holds %s (it went back to serving): %w", lockName, err)
 	}
 	n := a.dp.StartAdopted()
+	a.handedBy = t.st.Pod
 	pause := time.Since(t.t0)
 	a.setLastHandoff(Handoff{At: time.Now(), Role: "adopted", Peer: t.st.Build, Ports: len(t.st.Ports), Pause: pause,
 		Adopted: n, CreatedAfresh: t.fresh})
@@ -326,7 +331,13 @@ func (a *Agent) handOver(c *handoff.Conn) bool {
 		a.log.Warn("handoff: a connection that did not say hello", "err", err)
 		return false
 	}
-	a.log.Info("handoff: a successor asks for the ports", "pid", h.PID, "build", h.Build)
+	a.log.Info("handoff: a successor asks for the ports", "pid", h.PID, "build", h.Build, "pod", h.Pod)
+	if a.handedBy != "" && h.Pod == a.handedBy {
+		// The container of the pod being replaced restarted before the
+		// pod was deleted: the ports stay here.
+		c.Refuse(fmt.Sprintf("pod %s handed its ports to this process (pod %s) and is being replaced: it takes nothing back", h.Pod, os.Getenv(PodEnv)))
+		return false
+	}
 	if err := a.lock.try(); err != nil {
 		c.Refuse(fmt.Sprintf("this process cannot take %s: %v", lockName, err))
 		return false
@@ -343,6 +354,7 @@ func (a *Agent) handOver(c *handoff.Conn) bool {
 	deadline := time.Now().Add(handoffWait)
 	rep, err := a.dp.Handover(Build(), pauseBound, func(st *handoff.State, fds []int) error {
 		st.Deadline = deadline
+		st.Pod = os.Getenv(PodEnv)
 		if err := c.Send(handoff.KindState, st, fds); err != nil {
 			return err
 		}
@@ -413,7 +425,7 @@ func listenHandoff(dir string) (*net.UnixListener, error) {
 
 // GetHandoff implements the API.
 func (a *Agent) GetHandoff(context.Context, *agentv1.GetHandoffRequest) (*agentv1.Handoff, error) {
-	out := &agentv1.Handoff{Build: Build()}
+	out := &agentv1.Handoff{Build: Build(), Pod: os.Getenv(PodEnv)}
 	h, ok := a.LastHandoff()
 	if !ok {
 		return out, nil

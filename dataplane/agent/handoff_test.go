@@ -54,6 +54,7 @@ func waitServed(t *testing.T, e *env) {
 // reconnects, the ports keep their slots, the successor answers the API
 // and the old agent serves nothing more; both say what the handoff did.
 func TestHandoffToSuccessor(t *testing.T) {
+	t.Setenv(PodEnv, "pod-1") // the old process's pod, as the chart sets it
 	dir := shortDir(t)
 	e := start(t, dir, nil, 4)
 	a, b := e.spec("a", 2), e.spec("b", 2)
@@ -128,7 +129,21 @@ func TestHandoffToSuccessor(t *testing.T) {
 	t.Logf("handoff: %d ports, paused %v (old side), %v from hello to serving (successor)", old.Ports, old.Pause, succ.Pause)
 	exchange(t, fa, fb)
 
+	// The old pod's container restarts before the pod is deleted: the
+	// successor gives it nothing back.
+	dpBack, err := dataplane.New(dataplane.Config{Logger: logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{SlotsPerCPU: 4, SocketRoot: e.root, StateDir: e.state, APISocket: filepath.Join(dir, "api-back.sock"), Logger: logger()}, dpBack)
+	dpBack.Close()
+	if err == nil || !strings.Contains(err.Error(), "pod pod-1 handed its ports to this process") {
+		t.Fatalf("the old pod asking again: %v; want a refusal", err)
+	}
+	exchange(t, fa, fb)
+
 	// The successor hands over in turn (the next upgrade).
+	t.Setenv(PodEnv, "pod-3")
 	dp3, err := dataplane.New(dataplane.Config{Logger: logger()})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ type Hello struct {
 	// PID and Build identify the asker in the old process's log.
 	PID   int    `json:"pid"`
 	Build string `json:"build"`
+	// Pod is the asker's pod UID, if it runs in one.
+	Pod string `json:"pod,omitempty"`
 }
 
 // State is everything the old process hands over, at a burst boundary
@@ -19,6 +21,10 @@ type Hello struct {
 // (-1: none).
 type State struct {
 	Build string `json:"build"`
+	// Pod is the old process's pod UID, if it runs in one: the successor
+	// never hands the ports back to that pod (a restart of its container
+	// before the pod is deleted).
+	Pod string `json:"pod,omitempty"`
 	// Deadline is when the old process stops waiting for Taken and goes
 	// back to serving: a successor that cannot answer well before it
 	// must refuse instead (both run on one node, on one clock).

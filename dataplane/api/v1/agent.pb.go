@@ -2438,6 +2438,7 @@ type Handoff struct {
 	PauseUs       uint32                 `protobuf:"varint,7,opt,name=pause_us,json=pauseUs,proto3" json:"pause_us,omitempty"`                   // handed: first parked session to the successor's Taken; adopted: hello to serving
 	Adopted       uint32                 `protobuf:"varint,8,opt,name=adopted,proto3" json:"adopted,omitempty"`                                  // adopted: live sessions taken over
 	CreatedAfresh uint32                 `protobuf:"varint,9,opt,name=created_afresh,json=createdAfresh,proto3" json:"created_afresh,omitempty"` // adopted: stored ports created anew (their frontends reconnect)
+	Pod           string                 `protobuf:"bytes,10,opt,name=pod,proto3" json:"pod,omitempty"`                                          // the UID of the pod this process runs in ($POD_UID), if any: a readiness probe tells the pod serving the node from one still starting or handing over
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2533,6 +2534,13 @@ func (x *Handoff) GetCreatedAfresh() uint32 {
 		return x.CreatedAfresh
 	}
 	return 0
+}
+
+func (x *Handoff) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
 }
 
 var File_agent_proto protoreflect.FileDescriptor
@@ -2736,7 +2744,7 @@ const file_agent_proto_rawDesc = "" +
 	"\blast_run\x18\x03 \x01(\v2\x1e.vhostmq.agent.v1.RebalanceRunR\alastRun\x12:\n" +
 	"\n" +
 	"last_moves\x18\x04 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\tlastMoves\"\x13\n" +
-	"\x11GetHandoffRequest\"\x86\x02\n" +
+	"\x11GetHandoffRequest\"\x98\x02\n" +
 	"\aHandoff\x12\x1a\n" +
 	"\bhappened\x18\x01 \x01(\bR\bhappened\x12\x14\n" +
 	"\x05build\x18\x02 \x01(\tR\x05build\x12$\n" +
@@ -2747,7 +2755,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x05ports\x18\x06 \x01(\rR\x05ports\x12\x19\n" +
 	"\bpause_us\x18\a \x01(\rR\apauseUs\x12\x18\n" +
 	"\aadopted\x18\b \x01(\rR\aadopted\x12%\n" +
-	"\x0ecreated_afresh\x18\t \x01(\rR\rcreatedAfresh*>\n" +
+	"\x0ecreated_afresh\x18\t \x01(\rR\rcreatedAfresh\x12\x10\n" +
+	"\x03pod\x18\n" +
+	" \x01(\tR\x03pod*>\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SERVER\x10\x01\x12\x0f\n" +
