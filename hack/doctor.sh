@@ -93,7 +93,12 @@ fi
 
 # ------------------------------------------------------------------ peers
 if command -v qemu-system-x86_64 >/dev/null; then
-    ok qemu "$(ver qemu-system-x86_64 --version) (TCG)"
+    qv=$(qemu-system-x86_64 --version | sed -n '1s/.*version \([0-9]*\)\..*/\1/p')
+    if ((${qv:-0} >= 10)); then
+        ok qemu "$(ver qemu-system-x86_64 --version) (TCG)"
+    else
+        bad qemu "$(ver qemu-system-x86_64 --version): before 10.0 a TCG guest's writes can be lost in a live migration; hack/install-deps.sh installs the pinned QEMU 10.0"
+    fi
 else
     bad qemu "qemu-system-x86_64 missing (hack/install-deps.sh installs qemu-system-x86)"
 fi

@@ -270,9 +270,9 @@ PY
     if [[ $ndiff == 0 ]]; then
         vmq_ok "the target's memory equals the source's ($npages pages)"
     else
-        vmq_fail "$ndiff of $npages pages differ between the source's and the target's memory (first at GPA ${first:-?})"
+        vmq_fail "$ndiff of $npages pages differ between the source's and the target's memory (first at GPA ${first:-?}; dumps kept: $WORK/ram-a.bin, ram-a2.bin)"
     fi
-    rm -f "$WORK/ram-a.bin" "$WORK/ram-a2.bin"
+    [[ $ndiff == 0 ]] && rm -f "$WORK/ram-a.bin" "$WORK/ram-a2.bin"
     out=$(qmp "$WORK/qmp-a2.sock" '{"execute": "cont"}')
     [[ $out == "{}" ]] || vmq_fail "cont on a2: $out"
 fi

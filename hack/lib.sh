@@ -561,8 +561,13 @@ vmq_guest_start() {
     VMQ_GUEST_LOG[$name]=$work/guest-$name.log
     : >"${VMQ_GUEST_LOG[$name]}"
     # vectors=0: QEMU 7.2 + TCG + vhost-user + MSI-X segfaults (msix_set_vector_notifiers)
+    # thread=single with several vCPUs: QEMU 10.0's multi-threaded TCG can
+    # abort a booting guest (iotlb_to_section assertion, one vCPU using the
+    # memory map another replaces), as KubeVirt's launcher does (images.sh)
+    local accel=tcg
+    ((${VHOSTMQ_GUEST_SMP:-1} > 1)) && accel=tcg,thread=single
     # shellcheck disable=SC2054  # commas are QEMU option syntax
-    local qemu=("${VHOSTMQ_QEMU:-qemu-system-x86_64}" -accel tcg -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
+    local qemu=("${VHOSTMQ_QEMU:-qemu-system-x86_64}" -accel "$accel" -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
         -nodefaults -display none -monitor none -no-reboot
         -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0
         -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"

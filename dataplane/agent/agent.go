@@ -70,6 +70,8 @@ type slot struct {
 	numa  int
 	owner string // port ID, "" when free
 	pairs []uint32
+	// reserved is the reservation holding the slot (reserve.go), "" none
+	reserved string
 }
 
 // record is a port the agent manages.
@@ -89,11 +91,13 @@ type Agent struct {
 	log *slog.Logger
 	dp  *dataplane.Dataplane
 
-	mu     sync.Mutex
-	slots  []*slot
-	ports  map[string]*record
-	failed []*agentv1.PortSpec // stored ports that could not be restored: kept, not dropped
-	state  *stateFile
+	mu    sync.Mutex
+	slots []*slot
+	ports map[string]*record
+	// reservations by owner (reserve.go)
+	reservations map[string]*reservation
+	failed       []*agentv1.PortSpec // stored ports that could not be restored: kept, not dropped
+	state        *stateFile
 
 	health *healthMonitor
 	ready  atomic.Bool // the API is serving
@@ -136,7 +140,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}, served: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Logger, dp: dp, ports: map[string]*record{}, reservations: map[string]*reservation{}, served: make(chan struct{})}
 	a.lock.path = filepath.Join(cfg.StateDir, lockName)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
@@ -165,6 +169,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 		return nil, err
 	}
 	a.state = st
+	a.restoreReservations(st.reservations)
 	for _, spec := range st.ports {
 		if _, err := a.create(spec, false, false); err != nil {
 			if take != nil && errors.Is(err, errAdopt) {
@@ -303,11 +308,27 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 // them share them, round robin), or free slots spread over distinct CPUs.
 func (a *Agent) place(spec *agentv1.PortSpec) ([]*slot, error) {
 	var chosen []*slot
-	if len(spec.Slots) > 0 {
+	var res *reservation
+	if spec.Reservation != "" {
+		if res = a.reservations[spec.Reservation]; res == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "spec.reservation: no reservation %q on this node", spec.Reservation)
+		}
+	}
+	if len(spec.Slots) == 0 && res != nil {
+		for _, s := range res.slots {
+			if s.owner != "" {
+				return nil, status.Errorf(codes.FailedPrecondition, "spec.reservation: slot %s of %q is in use by port %q", s.id, res.owner, s.owner)
+			}
+		}
+		chosen = distinctCPUsFirst(res.slots)
+	} else if len(spec.Slots) > 0 {
 		for i, id := range spec.Slots {
 			s := a.slotByID(id)
 			if s.owner != "" {
 				return nil, status.Errorf(codes.FailedPrecondition, "spec.slots[%d]: %s is in use by port %q", i, id, s.owner)
+			}
+			if s.reserved != "" && s.reserved != spec.Reservation && !strings.HasPrefix(s.reserved, OwnerAllocation) {
+				return nil, status.Errorf(codes.FailedPrecondition, "spec.slots[%d]: %s is reserved by %q", i, id, s.reserved)
 			}
 			chosen = append(chosen, s)
 		}
@@ -372,7 +393,7 @@ func (a *Agent) freeSlots(n int) []*slot {
 	if !a.dp.CrossNUMA() {
 		cpus, free := map[int]map[int]bool{}, map[int]int{}
 		for _, s := range a.slots {
-			if s.owner == "" {
+			if s.owner == "" && s.reserved == "" {
 				if cpus[s.numa] == nil {
 					cpus[s.numa] = map[int]bool{}
 				}
@@ -390,7 +411,7 @@ func (a *Agent) freeSlots(n int) []*slot {
 	byCPU := map[int][]*slot{}
 	var cpus []int
 	for _, s := range a.slots {
-		if s.owner != "" || (node >= 0 && s.numa != node) {
+		if s.owner != "" || s.reserved != "" || (node >= 0 && s.numa != node) {
 			continue
 		}
 		if _, ok := byCPU[s.cpu]; !ok {
@@ -482,7 +503,7 @@ func (a *Agent) saveLocked() error {
 	}
 	specs = append(specs, a.failed...)
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Id < specs[j].Id })
-	return a.state.save(specs)
+	return a.state.save(specs, a.reservationsLocked())
 }
 
 // Get returns one port.

@@ -589,7 +589,7 @@ func TestSavedPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := []*agentv1.PortSpec{{Id: "a"}, {Id: "b"}}
-	if err := st.save(specs); err != nil {
+	if err := st.save(specs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := SavedPorts(dir); n != 2 || err != nil {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,12 @@ func (h *healthMonitor) compute() *agentv1.Health {
 	}
 	a.mu.Lock()
 	nfailed := len(a.failed)
+	claimed := map[*slot]string{} // held by a DRA claim: not for the device plugin
+	for _, s := range a.slots {
+		if strings.HasPrefix(s.reserved, OwnerClaim) {
+			claimed[s] = s.reserved
+		}
+	}
 	a.mu.Unlock()
 	if nfailed > 0 {
 		if out.Reason != "" {
@@ -79,6 +86,9 @@ func (h *healthMonitor) compute() *agentv1.Health {
 	}
 	for _, s := range a.slots {
 		reason := byCPU[s.cpu]
+		if c, ok := claimed[s]; ok && reason == "" {
+			reason = "held by DRA " + c
+		}
 		out.Slots = append(out.Slots, &agentv1.SlotHealth{Id: s.id, Healthy: reason == "", Reason: reason})
 	}
 	return out

@@ -283,7 +283,7 @@ func (a *Agent) Capacity() *agentv1.Capacity {
 			cur = &agentv1.CPU{Id: int32(s.cpu), NumaNode: int32(s.numa)}
 			c.Cpus = append(c.Cpus, cur)
 		}
-		cur.Slots = append(cur.Slots, &agentv1.Slot{Id: s.id, PortId: s.owner, Pairs: append([]uint32(nil), s.pairs...)})
+		cur.Slots = append(cur.Slots, &agentv1.Slot{Id: s.id, PortId: s.owner, Pairs: append([]uint32(nil), s.pairs...), ReservedBy: s.reserved})
 		if s.owner != "" {
 			c.SlotsUsed++
 		}

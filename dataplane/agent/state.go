@@ -16,7 +16,9 @@ import (
 // stateSchema is the version of ports.json; a file with another version is
 // refused rather than misread. Version 2 added network, vlan, ip and dhcp
 // to the port spec; a version 1 file reads as version 2 with none of them.
-const stateSchema = 2
+// Version 3 added the slot reservations (written only when there are
+// some); an older file has none.
+const stateSchema = 3
 
 // oldestSchema is the oldest version this agent still reads.
 const oldestSchema = 1
@@ -26,8 +28,9 @@ const stateName = "ports.json"
 // stateFile is the desired ports on disk, written atomically: a temp file,
 // fsync, rename, fsync of the directory.
 type stateFile struct {
-	dir   string
-	ports []*agentv1.PortSpec
+	dir          string
+	ports        []*agentv1.PortSpec
+	reservations []*agentv1.Reservation
 	// aside names the copy a corrupt file was moved to, for health reports.
 	aside string
 }
@@ -35,6 +38,7 @@ type stateFile struct {
 type stateJSON struct {
 	SchemaVersion int               `json:"schemaVersion"`
 	Ports         []json.RawMessage `json:"ports"`
+	Reservations  []json.RawMessage `json:"reservations,omitempty"`
 }
 
 func openState(dir string, log *slog.Logger) (*stateFile, error) {
@@ -50,7 +54,7 @@ func openState(dir string, log *slog.Logger) (*stateFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state file: %w", err)
 	}
-	ports, perr := decodeState(b)
+	ports, res, perr := decodeState(b)
 	if perr != nil {
 		aside := fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405Z"))
 		if err := os.Rename(path, aside); err != nil {
@@ -60,37 +64,57 @@ func openState(dir string, log *slog.Logger) (*stateFile, error) {
 		st.aside = aside
 		return st, nil
 	}
-	st.ports = ports
+	st.ports, st.reservations = ports, res
 	return st, nil
 }
 
-func decodeState(b []byte) ([]*agentv1.PortSpec, error) {
+func decodeState(b []byte) ([]*agentv1.PortSpec, []*agentv1.Reservation, error) {
 	var sj stateJSON
 	if err := json.Unmarshal(b, &sj); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sj.SchemaVersion < oldestSchema || sj.SchemaVersion > stateSchema {
-		return nil, fmt.Errorf("schemaVersion %d, this agent reads %d..%d", sj.SchemaVersion, oldestSchema, stateSchema)
+		return nil, nil, fmt.Errorf("schemaVersion %d, this agent reads %d..%d", sj.SchemaVersion, oldestSchema, stateSchema)
 	}
 	var out []*agentv1.PortSpec
 	for i, raw := range sj.Ports {
 		var spec agentv1.PortSpec
 		if err := protojson.Unmarshal(raw, &spec); err != nil {
-			return nil, fmt.Errorf("ports[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("ports[%d]: %w", i, err)
 		}
 		out = append(out, &spec)
 	}
-	return out, nil
+	var res []*agentv1.Reservation
+	for i, raw := range sj.Reservations {
+		var r agentv1.Reservation
+		if err := protojson.Unmarshal(raw, &r); err != nil {
+			return nil, nil, fmt.Errorf("reservations[%d]: %w", i, err)
+		}
+		res = append(res, &r)
+	}
+	return out, res, nil
 }
 
-func (st *stateFile) save(specs []*agentv1.PortSpec) error {
-	sj := stateJSON{SchemaVersion: stateSchema, Ports: []json.RawMessage{}}
+func (st *stateFile) save(specs []*agentv1.PortSpec, res []*agentv1.Reservation) error {
+	// Without reservations the file stays version 2, which an agent
+	// before them reads: a rollback keeps its ports.
+	sj := stateJSON{SchemaVersion: 2, Ports: []json.RawMessage{}}
+	if len(res) > 0 {
+		sj.SchemaVersion = stateSchema
+	}
 	for _, s := range specs {
 		b, err := protojson.Marshal(s)
 		if err != nil {
 			return err
 		}
 		sj.Ports = append(sj.Ports, b)
+	}
+	for _, r := range res {
+		b, err := protojson.Marshal(r)
+		if err != nil {
+			return err
+		}
+		sj.Reservations = append(sj.Reservations, b)
 	}
 	b, err := json.MarshalIndent(sj, "", "  ")
 	if err != nil {

@@ -208,6 +208,7 @@ var eventOne = [8]byte{1}
 // for it or for other rings meanwhile. Caller holds the lock.
 func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
 	if v.q != nil {
+		v.q.FlushLog()
 		v.base = v.q.LastAvail() // keep a running ring's position
 	}
 	v.q = nil
@@ -247,6 +248,7 @@ func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
 // resume and drops the queue. Caller holds the lock.
 func (v *Vring) stop() uint16 {
 	if v.q != nil {
+		v.q.FlushLog()
 		v.base = v.q.LastAvail()
 	}
 	v.q, v.started = nil, false

@@ -38,6 +38,14 @@ func (q *Queue) SetLog(l *guestmem.Log, logUsed bool, usedGPA uint64) {
 	q.lg = queueLog{on: true, used: logUsed, usedGPA: usedGPA, published: q.usedIdx, c: guestmem.NewLogCache(l)}
 }
 
+// FlushLog puts the marks gathered so far into the log (a ring that
+// stops or is rebuilt must not take them with it).
+func (q *Queue) FlushLog() {
+	if q.lg.on {
+		q.lg.c.Flush()
+	}
+}
+
 // Logging reports whether the queue marks its writes.
 func (q *Queue) Logging() bool { return q.lg.on }
 

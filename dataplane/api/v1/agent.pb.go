@@ -158,7 +158,10 @@ type PortSpec struct {
 	// only; "" means none), "tap" or "af_xdp" (the node's uplink of that
 	// kind, named in the agent config). Every port of a network must give
 	// the same.
-	Uplink        string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
+	Uplink string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
+	// reservation names the reservation (Reserve) whose slots the port
+	// takes; with no slots given, it takes all of them.
+	Reservation   string `protobuf:"bytes,18,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +311,13 @@ func (x *PortSpec) GetDhcp() bool {
 func (x *PortSpec) GetUplink() string {
 	if x != nil {
 		return x.Uplink
+	}
+	return ""
+}
+
+func (x *PortSpec) GetReservation() string {
+	if x != nil {
+		return x.Reservation
 	}
 	return ""
 }
@@ -1592,6 +1602,7 @@ type Slot struct {
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`                       // c<cpu>-s<index>
 	PortId        string                 `protobuf:"bytes,2,opt,name=port_id,json=portId,proto3" json:"port_id,omitempty"` // "" when free
 	Pairs         []uint32               `protobuf:"varint,3,rep,packed,name=pairs,proto3" json:"pairs,omitempty"`
+	ReservedBy    string                 `protobuf:"bytes,4,opt,name=reserved_by,json=reservedBy,proto3" json:"reserved_by,omitempty"` // the reservation holding it, "" when none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1645,6 +1656,13 @@ func (x *Slot) GetPairs() []uint32 {
 		return x.Pairs
 	}
 	return nil
+}
+
+func (x *Slot) GetReservedBy() string {
+	if x != nil {
+		return x.ReservedBy
+	}
+	return ""
 }
 
 type CPU struct {
@@ -2543,11 +2561,329 @@ func (x *Handoff) GetPod() string {
 	return ""
 }
 
+type ReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner: [A-Za-z0-9/._-], 1..128 bytes; by convention "alloc/<dir>" for
+	// the device plugin, "claim/<uid>" for the DRA driver.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Either exactly these slots, or count free slots on one NUMA node
+	// (numa_node, or the first node with enough), distinct CPUs first.
+	Slots    []string `protobuf:"bytes,2,rep,name=slots,proto3" json:"slots,omitempty"`
+	Count    uint32   `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	NumaNode *int32   `protobuf:"varint,4,opt,name=numa_node,json=numaNode,proto3,oneof" json:"numa_node,omitempty"`
+	// pods are the UIDs of the pods the slots are for: the CNI finds a
+	// pod's reservation by them.
+	Pods          []string `protobuf:"bytes,5,rep,name=pods,proto3" json:"pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_agent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReserveRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetSlots() []string {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetNumaNode() int32 {
+	if x != nil && x.NumaNode != nil {
+		return *x.NumaNode
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetPods() []string {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+type Reservation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Slots         []string               `protobuf:"bytes,2,rep,name=slots,proto3" json:"slots,omitempty"`
+	Pods          []string               `protobuf:"bytes,3,rep,name=pods,proto3" json:"pods,omitempty"`
+	NumaNode      int32                  `protobuf:"varint,4,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reservation) Reset() {
+	*x = Reservation{}
+	mi := &file_agent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reservation) ProtoMessage() {}
+
+func (x *Reservation) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
+func (*Reservation) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Reservation) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Reservation) GetSlots() []string {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *Reservation) GetPods() []string {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+func (x *Reservation) GetNumaNode() int32 {
+	if x != nil {
+		return x.NumaNode
+	}
+	return 0
+}
+
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ReleaseRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type ReleaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{39}
+}
+
+type ListReservationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pod           string                 `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"` // only the reservations for this pod UID; "" = all
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReservationsRequest) Reset() {
+	*x = ListReservationsRequest{}
+	mi := &file_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReservationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReservationsRequest) ProtoMessage() {}
+
+func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReservationsRequest.ProtoReflect.Descriptor instead.
+func (*ListReservationsRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListReservationsRequest) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+type ListReservationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reservations  []*Reservation         `protobuf:"bytes,1,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReservationsResponse) Reset() {
+	*x = ListReservationsResponse{}
+	mi := &file_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReservationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReservationsResponse) ProtoMessage() {}
+
+func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReservationsResponse.ProtoReflect.Descriptor instead.
+func (*ListReservationsResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListReservationsResponse) GetReservations() []*Reservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\x83\x05\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xa5\x05\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -2571,7 +2907,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x04vlan\x18\x0e \x01(\rR\x04vlan\x12*\n" +
 	"\x02ip\x18\x0f \x01(\v2\x1a.vhostmq.agent.v1.IPConfigR\x02ip\x12\x12\n" +
 	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x12\x16\n" +
-	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x1a9\n" +
+	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x12 \n" +
+	"\vreservation\x18\x12 \x01(\tR\vreservation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -2680,11 +3017,13 @@ const file_agent_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x121\n" +
 	"\x05ports\x18\x02 \x03(\v2\x1b.vhostmq.agent.v1.PortStatsR\x05ports\x127\n" +
 	"\aworkers\x18\x03 \x03(\v2\x1d.vhostmq.agent.v1.WorkerStatsR\aworkers\"\x14\n" +
-	"\x12GetCapacityRequest\"E\n" +
+	"\x12GetCapacityRequest\"f\n" +
 	"\x04Slot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\aport_id\x18\x02 \x01(\tR\x06portId\x12\x14\n" +
-	"\x05pairs\x18\x03 \x03(\rR\x05pairs\"`\n" +
+	"\x05pairs\x18\x03 \x03(\rR\x05pairs\x12\x1f\n" +
+	"\vreserved_by\x18\x04 \x01(\tR\n" +
+	"reservedBy\"`\n" +
 	"\x03CPU\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x1b\n" +
 	"\tnuma_node\x18\x02 \x01(\x05R\bnumaNode\x12,\n" +
@@ -2757,7 +3096,27 @@ const file_agent_proto_rawDesc = "" +
 	"\aadopted\x18\b \x01(\rR\aadopted\x12%\n" +
 	"\x0ecreated_afresh\x18\t \x01(\rR\rcreatedAfresh\x12\x10\n" +
 	"\x03pod\x18\n" +
-	" \x01(\tR\x03pod*>\n" +
+	" \x01(\tR\x03pod\"\x96\x01\n" +
+	"\x0eReserveRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05slots\x18\x02 \x03(\tR\x05slots\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12 \n" +
+	"\tnuma_node\x18\x04 \x01(\x05H\x00R\bnumaNode\x88\x01\x01\x12\x12\n" +
+	"\x04pods\x18\x05 \x03(\tR\x04podsB\f\n" +
+	"\n" +
+	"_numa_node\"j\n" +
+	"\vReservation\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05slots\x18\x02 \x03(\tR\x05slots\x12\x12\n" +
+	"\x04pods\x18\x03 \x03(\tR\x04pods\x12\x1b\n" +
+	"\tnuma_node\x18\x04 \x01(\x05R\bnumaNode\"&\n" +
+	"\x0eReleaseRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\"\x11\n" +
+	"\x0fReleaseResponse\"+\n" +
+	"\x17ListReservationsRequest\x12\x10\n" +
+	"\x03pod\x18\x01 \x01(\tR\x03pod\"]\n" +
+	"\x18ListReservationsResponse\x12A\n" +
+	"\freservations\x18\x01 \x03(\v2\x1d.vhostmq.agent.v1.ReservationR\freservations*>\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SERVER\x10\x01\x12\x0f\n" +
@@ -2766,7 +3125,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x13POLLING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11POLLING_INTERRUPT\x10\x01\x12\x14\n" +
 	"\x10POLLING_ADAPTIVE\x10\x02\x12\x10\n" +
-	"\fPOLLING_BUSY\x10\x032\xb4\x06\n" +
+	"\fPOLLING_BUSY\x10\x032\xbb\b\n" +
 	"\x05Agent\x12I\n" +
 	"\n" +
 	"CreatePort\x12#.vhostmq.agent.v1.CreatePortRequest\x1a\x16.vhostmq.agent.v1.Port\x12W\n" +
@@ -2780,7 +3139,10 @@ const file_agent_proto_rawDesc = "" +
 	"\fGetRebalance\x12%.vhostmq.agent.v1.GetRebalanceRequest\x1a!.vhostmq.agent.v1.RebalanceStatus\x12O\n" +
 	"\tRebalance\x12\".vhostmq.agent.v1.RebalanceRequest\x1a\x1e.vhostmq.agent.v1.RebalanceRun\x12L\n" +
 	"\n" +
-	"GetHandoff\x12#.vhostmq.agent.v1.GetHandoffRequest\x1a\x19.vhostmq.agent.v1.HandoffB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
+	"GetHandoff\x12#.vhostmq.agent.v1.GetHandoffRequest\x1a\x19.vhostmq.agent.v1.Handoff\x12J\n" +
+	"\aReserve\x12 .vhostmq.agent.v1.ReserveRequest\x1a\x1d.vhostmq.agent.v1.Reservation\x12N\n" +
+	"\aRelease\x12 .vhostmq.agent.v1.ReleaseRequest\x1a!.vhostmq.agent.v1.ReleaseResponse\x12i\n" +
+	"\x10ListReservations\x12).vhostmq.agent.v1.ListReservationsRequest\x1a*.vhostmq.agent.v1.ListReservationsResponseB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -2795,53 +3157,59 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_agent_proto_goTypes = []any{
-	(Role)(0),                   // 0: vhostmq.agent.v1.Role
-	(PollingMode)(0),            // 1: vhostmq.agent.v1.PollingMode
-	(*PortSpec)(nil),            // 2: vhostmq.agent.v1.PortSpec
-	(*IPConfig)(nil),            // 3: vhostmq.agent.v1.IPConfig
-	(*Route)(nil),               // 4: vhostmq.agent.v1.Route
-	(*QueueAssignment)(nil),     // 5: vhostmq.agent.v1.QueueAssignment
-	(*PortStatus)(nil),          // 6: vhostmq.agent.v1.PortStatus
-	(*Port)(nil),                // 7: vhostmq.agent.v1.Port
-	(*CreatePortRequest)(nil),   // 8: vhostmq.agent.v1.CreatePortRequest
-	(*DeletePortRequest)(nil),   // 9: vhostmq.agent.v1.DeletePortRequest
-	(*DeletePortResponse)(nil),  // 10: vhostmq.agent.v1.DeletePortResponse
-	(*GetPortRequest)(nil),      // 11: vhostmq.agent.v1.GetPortRequest
-	(*ListPortsRequest)(nil),    // 12: vhostmq.agent.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),   // 13: vhostmq.agent.v1.ListPortsResponse
-	(*GetStatsRequest)(nil),     // 14: vhostmq.agent.v1.GetStatsRequest
-	(*Direction)(nil),           // 15: vhostmq.agent.v1.Direction
-	(*Drops)(nil),               // 16: vhostmq.agent.v1.Drops
-	(*Offload)(nil),             // 17: vhostmq.agent.v1.Offload
-	(*QueueStats)(nil),          // 18: vhostmq.agent.v1.QueueStats
-	(*WorkerStats)(nil),         // 19: vhostmq.agent.v1.WorkerStats
-	(*PortStats)(nil),           // 20: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),    // 21: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil),  // 22: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),                // 23: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                 // 24: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),            // 25: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil),  // 26: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),          // 27: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),              // 28: vhostmq.agent.v1.Health
-	(*GetRebalanceRequest)(nil), // 29: vhostmq.agent.v1.GetRebalanceRequest
-	(*RebalanceRequest)(nil),    // 30: vhostmq.agent.v1.RebalanceRequest
-	(*RebalanceConfig)(nil),     // 31: vhostmq.agent.v1.RebalanceConfig
-	(*QueueMove)(nil),           // 32: vhostmq.agent.v1.QueueMove
-	(*RebalanceRun)(nil),        // 33: vhostmq.agent.v1.RebalanceRun
-	(*WorkerLoad)(nil),          // 34: vhostmq.agent.v1.WorkerLoad
-	(*RebalanceStatus)(nil),     // 35: vhostmq.agent.v1.RebalanceStatus
-	(*GetHandoffRequest)(nil),   // 36: vhostmq.agent.v1.GetHandoffRequest
-	(*Handoff)(nil),             // 37: vhostmq.agent.v1.Handoff
-	nil,                         // 38: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                         // 39: vhostmq.agent.v1.PortStats.LabelsEntry
+	(Role)(0),                        // 0: vhostmq.agent.v1.Role
+	(PollingMode)(0),                 // 1: vhostmq.agent.v1.PollingMode
+	(*PortSpec)(nil),                 // 2: vhostmq.agent.v1.PortSpec
+	(*IPConfig)(nil),                 // 3: vhostmq.agent.v1.IPConfig
+	(*Route)(nil),                    // 4: vhostmq.agent.v1.Route
+	(*QueueAssignment)(nil),          // 5: vhostmq.agent.v1.QueueAssignment
+	(*PortStatus)(nil),               // 6: vhostmq.agent.v1.PortStatus
+	(*Port)(nil),                     // 7: vhostmq.agent.v1.Port
+	(*CreatePortRequest)(nil),        // 8: vhostmq.agent.v1.CreatePortRequest
+	(*DeletePortRequest)(nil),        // 9: vhostmq.agent.v1.DeletePortRequest
+	(*DeletePortResponse)(nil),       // 10: vhostmq.agent.v1.DeletePortResponse
+	(*GetPortRequest)(nil),           // 11: vhostmq.agent.v1.GetPortRequest
+	(*ListPortsRequest)(nil),         // 12: vhostmq.agent.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 13: vhostmq.agent.v1.ListPortsResponse
+	(*GetStatsRequest)(nil),          // 14: vhostmq.agent.v1.GetStatsRequest
+	(*Direction)(nil),                // 15: vhostmq.agent.v1.Direction
+	(*Drops)(nil),                    // 16: vhostmq.agent.v1.Drops
+	(*Offload)(nil),                  // 17: vhostmq.agent.v1.Offload
+	(*QueueStats)(nil),               // 18: vhostmq.agent.v1.QueueStats
+	(*WorkerStats)(nil),              // 19: vhostmq.agent.v1.WorkerStats
+	(*PortStats)(nil),                // 20: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),         // 21: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil),       // 22: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),                     // 23: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                      // 24: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),                 // 25: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil),       // 26: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),               // 27: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),                   // 28: vhostmq.agent.v1.Health
+	(*GetRebalanceRequest)(nil),      // 29: vhostmq.agent.v1.GetRebalanceRequest
+	(*RebalanceRequest)(nil),         // 30: vhostmq.agent.v1.RebalanceRequest
+	(*RebalanceConfig)(nil),          // 31: vhostmq.agent.v1.RebalanceConfig
+	(*QueueMove)(nil),                // 32: vhostmq.agent.v1.QueueMove
+	(*RebalanceRun)(nil),             // 33: vhostmq.agent.v1.RebalanceRun
+	(*WorkerLoad)(nil),               // 34: vhostmq.agent.v1.WorkerLoad
+	(*RebalanceStatus)(nil),          // 35: vhostmq.agent.v1.RebalanceStatus
+	(*GetHandoffRequest)(nil),        // 36: vhostmq.agent.v1.GetHandoffRequest
+	(*Handoff)(nil),                  // 37: vhostmq.agent.v1.Handoff
+	(*ReserveRequest)(nil),           // 38: vhostmq.agent.v1.ReserveRequest
+	(*Reservation)(nil),              // 39: vhostmq.agent.v1.Reservation
+	(*ReleaseRequest)(nil),           // 40: vhostmq.agent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 41: vhostmq.agent.v1.ReleaseResponse
+	(*ListReservationsRequest)(nil),  // 42: vhostmq.agent.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil), // 43: vhostmq.agent.v1.ListReservationsResponse
+	nil,                              // 44: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                              // 45: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	38, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	44, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
 	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
@@ -2853,7 +3221,7 @@ var file_agent_proto_depIdxs = []int32{
 	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
 	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
 	17, // 13: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
-	39, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	45, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
 	18, // 15: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
 	20, // 16: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
 	19, // 17: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
@@ -2865,31 +3233,38 @@ var file_agent_proto_depIdxs = []int32{
 	31, // 23: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
 	33, // 24: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
 	32, // 25: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
-	8,  // 26: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	9,  // 27: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	11, // 28: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	12, // 29: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	14, // 30: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	22, // 31: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	26, // 32: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	29, // 33: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
-	30, // 34: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	36, // 35: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
-	7,  // 36: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	10, // 37: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	7,  // 38: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	13, // 39: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	21, // 40: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	25, // 41: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	28, // 42: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	35, // 43: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	33, // 44: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	37, // 45: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
-	36, // [36:46] is the sub-list for method output_type
-	26, // [26:36] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	39, // 26: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
+	8,  // 27: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	9,  // 28: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	11, // 29: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	12, // 30: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	14, // 31: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	22, // 32: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	26, // 33: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	29, // 34: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	30, // 35: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	36, // 36: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
+	38, // 37: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
+	40, // 38: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
+	42, // 39: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
+	7,  // 40: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	10, // 41: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	7,  // 42: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	13, // 43: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	21, // 44: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	25, // 45: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	28, // 46: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	35, // 47: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	33, // 48: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	37, // 49: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
+	39, // 50: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
+	41, // 51: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
+	43, // 52: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
+	40, // [40:53] is the sub-list for method output_type
+	27, // [27:40] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -2898,13 +3273,14 @@ func file_agent_proto_init() {
 		return
 	}
 	file_agent_proto_msgTypes[0].OneofWrappers = []any{}
+	file_agent_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

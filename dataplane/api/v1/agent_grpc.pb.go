@@ -24,16 +24,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_CreatePort_FullMethodName   = "/vhostmq.agent.v1.Agent/CreatePort"
-	Agent_DeletePort_FullMethodName   = "/vhostmq.agent.v1.Agent/DeletePort"
-	Agent_GetPort_FullMethodName      = "/vhostmq.agent.v1.Agent/GetPort"
-	Agent_ListPorts_FullMethodName    = "/vhostmq.agent.v1.Agent/ListPorts"
-	Agent_GetStats_FullMethodName     = "/vhostmq.agent.v1.Agent/GetStats"
-	Agent_GetCapacity_FullMethodName  = "/vhostmq.agent.v1.Agent/GetCapacity"
-	Agent_WatchHealth_FullMethodName  = "/vhostmq.agent.v1.Agent/WatchHealth"
-	Agent_GetRebalance_FullMethodName = "/vhostmq.agent.v1.Agent/GetRebalance"
-	Agent_Rebalance_FullMethodName    = "/vhostmq.agent.v1.Agent/Rebalance"
-	Agent_GetHandoff_FullMethodName   = "/vhostmq.agent.v1.Agent/GetHandoff"
+	Agent_CreatePort_FullMethodName       = "/vhostmq.agent.v1.Agent/CreatePort"
+	Agent_DeletePort_FullMethodName       = "/vhostmq.agent.v1.Agent/DeletePort"
+	Agent_GetPort_FullMethodName          = "/vhostmq.agent.v1.Agent/GetPort"
+	Agent_ListPorts_FullMethodName        = "/vhostmq.agent.v1.Agent/ListPorts"
+	Agent_GetStats_FullMethodName         = "/vhostmq.agent.v1.Agent/GetStats"
+	Agent_GetCapacity_FullMethodName      = "/vhostmq.agent.v1.Agent/GetCapacity"
+	Agent_WatchHealth_FullMethodName      = "/vhostmq.agent.v1.Agent/WatchHealth"
+	Agent_GetRebalance_FullMethodName     = "/vhostmq.agent.v1.Agent/GetRebalance"
+	Agent_Rebalance_FullMethodName        = "/vhostmq.agent.v1.Agent/Rebalance"
+	Agent_GetHandoff_FullMethodName       = "/vhostmq.agent.v1.Agent/GetHandoff"
+	Agent_Reserve_FullMethodName          = "/vhostmq.agent.v1.Agent/Reserve"
+	Agent_Release_FullMethodName          = "/vhostmq.agent.v1.Agent/Release"
+	Agent_ListReservations_FullMethodName = "/vhostmq.agent.v1.Agent/ListReservations"
 )
 
 // AgentClient is the client API for Agent service.
@@ -64,6 +67,17 @@ type AgentClient interface {
 	// GetHandoff returns the last handoff this process took part in: an
 	// upgrade that moved the live ports between two dataplane processes.
 	GetHandoff(ctx context.Context, in *GetHandoffRequest, opts ...grpc.CallOption) (*Handoff, error)
+	// Reserve sets queue slots aside for one owner: the device plugin's
+	// allocation ("alloc/<dir>") or a DRA claim ("claim/<uid>"). It is the
+	// one arbiter between the two paths: a slot reserved or used by a port
+	// is never reserved again, and a port takes reserved slots only when it
+	// names their reservation. Idempotent by owner (the same request again
+	// returns the reservation; a different one is AlreadyExists).
+	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*Reservation, error)
+	// Release ends a reservation; releasing a missing one succeeds. Ports
+	// on its slots keep them until they are deleted.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	ListReservations(ctx context.Context, in *ListReservationsRequest, opts ...grpc.CallOption) (*ListReservationsResponse, error)
 }
 
 type agentClient struct {
@@ -183,6 +197,36 @@ func (c *agentClient) GetHandoff(ctx context.Context, in *GetHandoffRequest, opt
 	return out, nil
 }
 
+func (c *agentClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*Reservation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Reservation)
+	err := c.cc.Invoke(ctx, Agent_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, Agent_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) ListReservations(ctx context.Context, in *ListReservationsRequest, opts ...grpc.CallOption) (*ListReservationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReservationsResponse)
+	err := c.cc.Invoke(ctx, Agent_ListReservations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -211,6 +255,17 @@ type AgentServer interface {
 	// GetHandoff returns the last handoff this process took part in: an
 	// upgrade that moved the live ports between two dataplane processes.
 	GetHandoff(context.Context, *GetHandoffRequest) (*Handoff, error)
+	// Reserve sets queue slots aside for one owner: the device plugin's
+	// allocation ("alloc/<dir>") or a DRA claim ("claim/<uid>"). It is the
+	// one arbiter between the two paths: a slot reserved or used by a port
+	// is never reserved again, and a port takes reserved slots only when it
+	// names their reservation. Idempotent by owner (the same request again
+	// returns the reservation; a different one is AlreadyExists).
+	Reserve(context.Context, *ReserveRequest) (*Reservation, error)
+	// Release ends a reservation; releasing a missing one succeeds. Ports
+	// on its slots keep them until they are deleted.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -250,6 +305,15 @@ func (UnimplementedAgentServer) Rebalance(context.Context, *RebalanceRequest) (*
 }
 func (UnimplementedAgentServer) GetHandoff(context.Context, *GetHandoffRequest) (*Handoff, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHandoff not implemented")
+}
+func (UnimplementedAgentServer) Reserve(context.Context, *ReserveRequest) (*Reservation, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedAgentServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedAgentServer) ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReservations not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -445,6 +509,60 @@ func _Agent_GetHandoff_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_ListReservations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReservationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).ListReservations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_ListReservations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).ListReservations(ctx, req.(*ListReservationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -487,6 +605,18 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHandoff",
 			Handler:    _Agent_GetHandoff_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _Agent_Reserve_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Agent_Release_Handler,
+		},
+		{
+			MethodName: "ListReservations",
+			Handler:    _Agent_ListReservations_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
