@@ -36,7 +36,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watching the kubelet socket: %w", err)
 	}
-	p.removeStaleInstances()
+	p.otherInstanceServing() // removes dead instances' sockets
 	defer func() {
 		if p.successor {
 			p.log.Info("another instance serves the resource: its devices and allocations stay")
@@ -154,32 +154,17 @@ func (p *Plugin) instanceSockets() []string {
 }
 
 // otherInstanceServing reports whether another instance of the plugin
-// answers on its socket.
+// answers on its socket; sockets of instances that died without removing
+// them are removed on the way (the kubelet's plugin watcher would try them).
 func (p *Plugin) otherInstanceServing() bool {
+	live := false
 	for _, path := range p.instanceSockets() {
-		if c, err := net.DialTimeout("unix", path, 500*time.Millisecond); err == nil {
-			c.Close()
+		if p.removeIfStale(path) {
 			p.log.Info("another instance of the plugin serves the resource", "socket", path)
-			return true
+			live = true
 		}
 	}
-	return false
-}
-
-// removeStaleInstances removes the sockets of instances that died
-// without removing them (nobody listens: connection refused), so that the
-// kubelet's plugin watcher does not try them.
-func (p *Plugin) removeStaleInstances() {
-	for _, path := range p.instanceSockets() {
-		c, err := net.DialTimeout("unix", path, 500*time.Millisecond)
-		if err == nil {
-			c.Close()
-			continue
-		}
-		if errors.Is(err, syscall.ECONNREFUSED) && os.Remove(path) == nil {
-			p.log.Info("stale plugin socket removed", "socket", path)
-		}
-	}
+	return live
 }
 
 // register calls Registration.Register on kubelet.sock.
@@ -385,18 +370,22 @@ func (p *Plugin) removeStaleSockets(dir string) {
 		if e.Type()&os.ModeSocket == 0 {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		c, err := net.DialTimeout("unix", path, time.Second)
-		if err == nil {
-			c.Close()
-			continue
-		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			if os.Remove(path) == nil {
-				p.log.Info("stale socket removed", "socket", path)
-			}
-		}
+		p.removeIfStale(filepath.Join(dir, e.Name()))
 	}
+}
+
+// removeIfStale removes the unix socket at path if nobody listens on it
+// (connection refused); it reports whether something answered.
+func (p *Plugin) removeIfStale(path string) (live bool) {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) && os.Remove(path) == nil {
+		p.log.Info("stale socket removed", "socket", path)
+	}
+	return false
 }
 
 func readSlots(f string) []string {

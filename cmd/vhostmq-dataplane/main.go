@@ -71,7 +71,7 @@ func run(path string) error {
 		Handed: take.Uplink()})
 	if err != nil {
 		if take != nil {
-			take.Refuse(err, log)
+			take.Refuse(nil, err)
 		}
 		return err
 	}

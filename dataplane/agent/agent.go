@@ -106,7 +106,7 @@ type Agent struct {
 	// New and finishes in Serve; handing refuses API changes while the
 	// ports are being handed to a successor.
 	lock        stateLock
-	take        *takeover
+	take        *Takeover
 	handing     bool
 	handedOver  atomic.Bool
 	lastHandoff *Handoff
@@ -150,7 +150,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	take := cfg.Takeover
 	if !cfg.Asked {
 		var err error
-		if take, err = a.askPredecessor(); err != nil {
+		if take, err = AskPredecessor(cfg.StateDir, a.log); err != nil {
 			return nil, err
 		}
 	}
@@ -164,7 +164,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	st, err := openState(cfg.StateDir, a.log)
 	if err != nil {
 		if take != nil {
-			take.refuse(a, err)
+			take.Refuse(a.dp, err)
 		}
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func New(cfg Config, dp *dataplane.Dataplane) (*Agent, error) {
 	for _, spec := range st.ports {
 		if _, err := a.create(spec, false, false); err != nil {
 			if take != nil && errors.Is(err, errAdopt) {
-				take.refuse(a, err)
+				take.Refuse(a.dp, err)
 				return nil, err
 			}
 			a.log.Error("stored port cannot be restored; it is kept in the state file", "port", spec.Id, "err", err)
@@ -437,13 +437,7 @@ func (a *Agent) freeSlots(n int) []*slot {
 	return out
 }
 
-func slotIDs(slots []*slot) string {
-	var ids []string
-	for _, s := range slots {
-		ids = append(ids, s.id)
-	}
-	return strings.Join(ids, ",")
-}
+func slotIDs(slots []*slot) string { return strings.Join(idsOf(slots), ",") }
 
 // Delete removes a port; a missing port is not an error.
 func (a *Agent) Delete(id string) (existed bool, err error) {

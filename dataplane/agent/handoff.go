@@ -143,10 +143,12 @@ func (l *stateLock) release() {
 	}
 }
 
-// takeover is the successor's side of a handoff in progress: the state
-// the predecessor sent, and what became of each handed port.
-type takeover struct {
+// Takeover is the successor's side of a handoff in progress, from
+// AskPredecessor to the agent's Serve: the state the predecessor sent,
+// and what became of each handed port.
+type Takeover struct {
 	c       *handoff.Conn
+	log     *slog.Logger
 	st      handoff.State
 	fds     []int
 	byName  map[string]int // handed port name -> index in st.Ports
@@ -154,10 +156,6 @@ type takeover struct {
 	fresh   int
 	t0      time.Time
 }
-
-// Takeover is a handoff in progress on the successor's side, from
-// AskPredecessor to the agent's Serve.
-type Takeover = takeover
 
 // AskPredecessor asks an agent still running on the state directory for
 // its ports, before this process builds its dataplane (which adopts the
@@ -169,37 +167,14 @@ func AskPredecessor(stateDir string, log *slog.Logger) (*Takeover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{cfg: Config{StateDir: stateDir}, log: log}
-	return a.askPredecessor()
-}
-
-// Uplink is the uplink the predecessor handed over, for dataplane.Config.
-func (t *takeover) Uplink() *dataplane.HandedUplink {
-	if t == nil || t.st.Uplink == nil {
-		return nil
-	}
-	return &dataplane.HandedUplink{Uplink: t.st.Uplink, FDs: t.fds}
-}
-
-// Refuse ends a takeover this process cannot finish (its dataplane could
-// not be built): the predecessor goes on serving.
-func (t *takeover) Refuse(why error, log *slog.Logger) {
-	if log == nil {
-		log = slog.Default()
-	}
-	t.refuse(&Agent{log: log}, why)
-}
-
-// askPredecessor is AskPredecessor.
-func (a *Agent) askPredecessor() (*takeover, error) {
-	path := filepath.Join(a.cfg.StateDir, handoffName)
+	path := filepath.Join(stateDir, handoffName)
 	nc, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
 		return nil, nil
 	}
 	c := handoff.NewConn(nc.(*net.UnixConn))
-	t := &takeover{c: c, t0: time.Now(), byName: map[string]int{}}
-	a.log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path)
+	t := &Takeover{c: c, log: log, t0: time.Now(), byName: map[string]int{}}
+	log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path)
 	nc.SetDeadline(time.Now().Add(handoffWait))
 	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build(), Pod: os.Getenv(PodEnv)}, nil); err != nil {
 		c.Close()
@@ -213,33 +188,42 @@ func (a *Agent) askPredecessor() (*takeover, error) {
 	nc.SetDeadline(time.Time{})
 	t.fds = fds
 	if err := t.st.Check(len(fds)); err != nil {
-		t.refuse(a, err)
+		t.Refuse(nil, err)
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
 	for i, hp := range t.st.Ports {
 		spec, err := dataplane.SpecOf(hp)
 		if err != nil {
-			t.refuse(a, err)
+			t.Refuse(nil, err)
 			return nil, fmt.Errorf("handoff: ports[%d]: %w", i, err)
 		}
 		t.byName[spec.Name] = i
 	}
-	a.log.Info("handoff: the predecessor sent its ports", "build", t.st.Build, "ports", len(t.st.Ports), "fds", len(fds))
+	log.Info("handoff: the predecessor sent its ports", "build", t.st.Build, "ports", len(t.st.Ports), "fds", len(fds))
 	return t, nil
 }
 
-// refuse ends a takeover: what was adopted is let go without touching a
-// session, the predecessor is told why and goes on serving.
-func (t *takeover) refuse(a *Agent, why error) {
-	for _, name := range t.adopted {
-		a.dp.RemovePort(name)
+// Uplink is the uplink the predecessor handed over, for dataplane.Config.
+func (t *Takeover) Uplink() *dataplane.HandedUplink {
+	if t == nil || t.st.Uplink == nil {
+		return nil
 	}
-	a.log.Warn("handoff refused: the predecessor goes on serving", "why", why)
+	return &dataplane.HandedUplink{Uplink: t.st.Uplink, FDs: t.fds}
+}
+
+// Refuse ends a takeover: the ports adopted into dp (nil: none yet) are
+// let go without touching a session, the predecessor is told why and goes
+// on serving.
+func (t *Takeover) Refuse(dp *dataplane.Dataplane, why error) {
+	for _, name := range t.adopted {
+		dp.RemovePort(name)
+	}
+	t.log.Warn("handoff refused: the predecessor goes on serving", "why", why)
 	t.c.Refuse(why.Error())
 	t.close()
 }
 
-func (t *takeover) close() {
+func (t *Takeover) close() {
 	for i, fd := range t.fds {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -251,7 +235,7 @@ func (t *takeover) close() {
 
 // adopt creates a stored port from its handed session, if one was handed
 // (false if not: the caller creates it afresh).
-func (t *takeover) adopt(name string, add func(hp handoff.Port, fds []int) error) (bool, error) {
+func (t *Takeover) adopt(name string, add func(hp handoff.Port, fds []int) error) (bool, error) {
 	i, ok := t.byName[name]
 	if !ok {
 		t.fresh++
@@ -268,7 +252,7 @@ func (t *takeover) adopt(name string, add func(hp handoff.Port, fds []int) error
 // finish completes the takeover once every port is adopted: Taken, then
 // Released (or the predecessor's death), then the adopted ports are
 // served. An error leaves nothing adopted and the predecessor serving.
-func (t *takeover) finish(a *Agent) error {
+func (t *Takeover) finish(a *Agent) error {
 	defer t.close()
 	for name := range t.byName {
 		// The predecessor had it, this process has no such port: its
@@ -280,11 +264,11 @@ func (t *takeover) finish(a *Agent) error {
 	}
 	if left := time.Until(t.st.Deadline); left < handoffMargin {
 		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), handoffMargin)
-		t.refuse(a, err)
+		t.Refuse(a.dp, err)
 		return err
 	}
 	if err := t.c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
-		t.refuse(a, err)
+		t.Refuse(a.dp, err)
 		return fmt.Errorf("handoff: taken: %w", err)
 	}
 	released := true

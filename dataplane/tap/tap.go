@@ -113,22 +113,32 @@ func Open(cfg Config, queues int) (_ *Device, err error) {
 		}
 		d.fds = append(d.fds, fd)
 	}
-	link, err := nl.LinkByName(cfg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("tap %s: %w", cfg.Name, err)
-	}
-	if err := nl.LinkSetMTU(link, cfg.MTU); err != nil {
-		return nil, fmt.Errorf("tap %s: mtu %d: %w", cfg.Name, cfg.MTU, err)
-	}
-	if br != nil {
-		if err := nl.LinkSetMaster(link, br); err != nil {
-			return nil, fmt.Errorf("tap %s: attaching to %s: %w", cfg.Name, cfg.Attach, err)
-		}
-	}
-	if err := nl.LinkSetUp(link); err != nil {
-		return nil, fmt.Errorf("tap %s: set up: %w", cfg.Name, err)
+	if err := d.configure(br); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// configure sets the tap's MTU, puts it on its bridge (br, nil: none) and
+// sets it up.
+func (d *Device) configure(br netlink.Link) error {
+	cfg := d.cfg
+	link, err := d.nl.LinkByName(cfg.Name)
+	if err != nil {
+		return fmt.Errorf("tap %s: %w", cfg.Name, err)
+	}
+	if err := d.nl.LinkSetMTU(link, cfg.MTU); err != nil {
+		return fmt.Errorf("tap %s: mtu %d: %w", cfg.Name, cfg.MTU, err)
+	}
+	if br != nil {
+		if err := d.nl.LinkSetMaster(link, br); err != nil {
+			return fmt.Errorf("tap %s: attaching to %s: %w", cfg.Name, cfg.Attach, err)
+		}
+	}
+	if err := d.nl.LinkSetUp(link); err != nil {
+		return fmt.Errorf("tap %s: set up: %w", cfg.Name, err)
+	}
+	return nil
 }
 
 // bridge returns the attach bridge, or an error saying why it cannot be
@@ -322,30 +332,14 @@ func Adopt(cfg Config, fds []int, queues int) (_ *Device, err error) {
 		d.fds = append(d.fds, fd)
 		d.uso = d.uso && uso
 	}
-	link, err := nl.LinkByName(cfg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("tap %s: %w", cfg.Name, err)
-	}
-	if link.Attrs().MTU != cfg.MTU {
-		if err := nl.LinkSetMTU(link, cfg.MTU); err != nil {
-			return nil, fmt.Errorf("tap %s: mtu %d: %w", cfg.Name, cfg.MTU, err)
-		}
-	}
+	var br netlink.Link
 	if cfg.Attach != "" {
-		br, err := d.bridge()
-		if err != nil {
+		if br, err = d.bridge(); err != nil {
 			return nil, err
 		}
-		if link.Attrs().MasterIndex != br.Attrs().Index {
-			if err := nl.LinkSetMaster(link, br); err != nil {
-				return nil, fmt.Errorf("tap %s: attaching to %s: %w", cfg.Name, cfg.Attach, err)
-			}
-		}
 	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := nl.LinkSetUp(link); err != nil {
-			return nil, fmt.Errorf("tap %s: set up: %w", cfg.Name, err)
-		}
+	if err := d.configure(br); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
