@@ -90,9 +90,12 @@ run_role() {
     done
     # the forward run starts after a's 5 pings (about 1 s)
     vmq_guest_wait a '^VHOSTMQ-RESULT ping ' 120 || { vmq_fail "guest a did not reach b"; vmq_tg_teardown; return; }
+    # guest a's pings every 10 ms start now (give or take the log poll)
+    local t_ping t_start t_switch
+    t_ping=$(vmq_now)
     sleep "$AT"
-    local t_start
     t_start=$(vmq_now)
+    t_switch=$t_start
     if [[ $mode == restart ]]; then
         vmq_log "baseline: SIGKILL the old dataplane, start the rebuilt one (the frontends reconnect)"
         vmq_crash "$old_pid"
@@ -109,6 +112,7 @@ run_role() {
         vmq_res handoff_adopted "$(sed -n 's/.* adopted=\([0-9]*\).*/\1/p' <<<"$line")"
         vmq_res handoff_successor_s "$(sed -n 's/.* sinceHello=\([^ ]*\).*/\1/p' <<<"$line")"
         vmq_res handoff_start_to_serving_s "$(vmq_elapsed "$t_start")"
+        t_switch=$(vmq_now)
         [[ ${VMQ_RES[handoff_adopted]} == 2 ]] || vmq_fail "the successor adopted ${VMQ_RES[handoff_adopted]} sessions, want 2: $line"
     else
         vmq_fail "the successor did not take the ports over (see $new_log)"
@@ -140,6 +144,19 @@ run_role() {
         vmq_res max_gap_ms "$(vmq_result "$la" pings max_gap_ms)"
         vmq_res max_rtt_ms "$(vmq_result "$la" pings max_rtt_ms)"
         vmq_ok "pings every 10 ms across the handoff: ${VMQ_RES[pings]} answered, longest gap ${VMQ_RES[max_gap_ms]} ms, longest round trip ${VMQ_RES[max_rtt_ms]} ms"
+        # Where the longest gap fell: its first missing sequence number
+        # against the one due when the successor served (pings are sent
+        # every interval of the guest's time, so this is an estimate; a gap
+        # seconds away from the switch was the load, not the handoff).
+        v=$(vmq_result "$la" pings gap_seq)
+        if [[ $v =~ ^[0-9]+$ ]] && ((v > 0)); then
+            vmq_res gap_from_switch_s "$(awk -v g="$v" -v f="$(vmq_result "$la" pings first_seq)" -v a="$t_ping" -v b="$t_switch" -v iv="$VMQ_TG_INTERVAL" \
+                'BEGIN { printf "%+.2f", (g - f) * iv - (b - a) }')"
+        else
+            vmq_res gap_from_switch_s -
+        fi
+        vmq_res lost_runs "$(vmq_result "$la" pings lost_runs)"
+        vmq_log "the longest gap began ${VMQ_RES[gap_from_switch_s]} s from the switch (estimate from sequence numbers); pings were lost in ${VMQ_RES[lost_runs]} separate runs"
         v=$(vmq_result "$la" pings last_seq)
         if ! [[ $v =~ ^[0-9]+$ ]] || (($(vmq_result "$la" pings sent) - v >= 100)); then
             vmq_fail "pings stopped being answered: $(vmq_result_line "$la" pings)"
@@ -179,12 +196,12 @@ done
 echo
 echo "===== vhostmq e2e-handoff summary ($(vmq_elapsed "$T0") s) ====="
 {
-    echo "role upgrade queues fwd_gbit/s rev_gbit/s pings longest_gap_ms pause(old) successor(hello->serving) carrier_a/b"
+    echo "role upgrade queues fwd_gbit/s rev_gbit/s pings longest_gap_ms gap_from_switch_s lost_runs pause(old) successor(hello->serving) carrier_a/b"
     for run in "${RUNS[@]}"; do
-        unset queues gbps_forward gbps_reverse pings max_gap_ms handoff_pause handoff_successor_s carrier_changes_a carrier_changes_b
+        unset queues gbps_forward gbps_reverse pings max_gap_ms gap_from_switch_s lost_runs handoff_pause handoff_successor_s carrier_changes_a carrier_changes_b
         # shellcheck disable=SC1090
         [[ -f $WORK/${run%:*}-${run#*:}/result.env ]] && source "$WORK/${run%:*}-${run#*:}/result.env"
-        echo "${run%:*} ${run#*:} ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${handoff_pause:--} ${handoff_successor_s:--} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
+        echo "${run%:*} ${run#*:} ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${gap_from_switch_s:--} ${lost_runs:--} ${handoff_pause:--} ${handoff_successor_s:--} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
     done
 } | vmq_table
 echo "work dir: $WORK"

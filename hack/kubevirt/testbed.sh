@@ -39,20 +39,22 @@
 #     containerd 1.6 checks the mount holding the path as written, i.e. /);
 #   * the node label node-role.kubernetes.io/control-plane (operator
 #     placement);
-#   * a pinned CPU model (KubeVirt's cpuModel, VHOSTMQ_KUBEVIRT_CPU_MODEL,
-#     default Westmere): the default host-model follows the machine's CPU,
-#     and under TCG on a CPU libvirt does not name it resolves to kvm64,
-#     which KubeVirt counts obsolete, so no node qualifies as a migration
-#     target ("no node is suitable to run the required CPU model"); a named
-#     model QEMU's TCG provides whole migrates on every machine; up waits
-#     until virt-handler labels each node cpu-model.node.kubevirt.io/<model>;
+#   * kvm64 taken off KubeVirt's obsolete CPU models (obsoleteCPUModels:
+#     its default list without kvm64 and kvm64-v1): virt-handler's node
+#     labeller asks libvirt for KVM's capabilities whenever /dev/kvm exists,
+#     and on machines whose /dev/kvm cannot run guests (this kind) KVM's
+#     host-model is kvm64 and no named model is usable. KubeVirt's default
+#     list counts kvm64 obsolete, so no node is labelled
+#     cpu-model-migration.node.kubevirt.io/kvm64 and a VM (host-model, run
+#     by TCG) cannot migrate ("no node is suitable to run the required CPU
+#     model"); up waits until every node carries that label for its
+#     host-model;
 #   * in the images (images.sh): the virtqemud shim, the virt-handler
 #     /proc/1 shim, the file capability of virt-launcher-monitor.
 #
 # Environment: VHOSTMQ_KUBEVIRT_* (lib.sh), VHOSTMQ_CLUSTER_* (cluster.sh;
 #   VHOSTMQ_CLUSTER_LIFETIME defaults to 7200 here), VHOSTMQ_KUBEVIRT_TIMEOUT=900
-#   (seconds to wait for KubeVirt Available), VHOSTMQ_KUBEVIRT_CPU_MODEL=
-#   Westmere (the VMs' CPU model), VHOSTMQ_TEST_BIN_DIR (static
+#   (seconds to wait for KubeVirt Available), VHOSTMQ_TEST_BIN_DIR (static
 #   vhostmq-* binaries and multus-lite instead of make build)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,7 +64,6 @@ VMQ_TAG=kubevirt-testbed
 CLUSTER=$HERE/../cluster/cluster.sh
 export VHOSTMQ_CLUSTER_LIFETIME=${VHOSTMQ_CLUSTER_LIFETIME:-7200}
 KV_TIMEOUT=${VHOSTMQ_KUBEVIRT_TIMEOUT:-900}
-KV_CPU_MODEL=${VHOSTMQ_KUBEVIRT_CPU_MODEL:-Westmere}
 CNI_DIR=$VMKV_RUN/cni
 BIN_DIR=$VMKV_RUN/bin           # the project's binaries this test bed uses
 MLOG=$VMQC_LOGS/multus-lite.log
@@ -277,17 +278,21 @@ spec:
   imagePullPolicy: IfNotPresent
   infra: {replicas: 1}
   configuration:
-    cpuModel: $KV_CPU_MODEL
     developerConfiguration:
       useEmulation: true
+    obsoleteCPUModels:
+$(for m in 486 pentium pentium2 pentium3 pentiumpro coreduo n270 core2duo Conroe athlon phenom qemu64 qemu32 kvm32 Opteron_G1 Opteron_G2; do
+        printf '      %s: true\n      %s-v1: true\n' "$m" "$m"
+    done)
 EOF
 }
 
-# nodes_have_cpu_model: every node is labelled usable for KV_CPU_MODEL
-# (virt-handler's node labeller, from libvirt's domain capabilities)
-nodes_have_cpu_model() {
-    k get nodes -o json | jq -e --arg l "cpu-model.node.kubevirt.io/$KV_CPU_MODEL" \
-        '.items | length > 0 and all(.metadata.labels[$l] == "true")' >/dev/null
+# nodes_migratable: every node is labelled a migration target for its own
+# host-model (virt-handler's node labeller)
+nodes_migratable() {
+    k get nodes -o json | jq -e '.items | length > 0 and all(.metadata.labels as $l
+        | [$l | keys[] | select(startswith("host-model-cpu.node.kubevirt.io/")) | ltrimstr("host-model-cpu.node.kubevirt.io/")]
+        | length == 1 and $l["cpu-model-migration.node.kubevirt.io/" + .[0]] == "true")' >/dev/null
 }
 
 # the test-bed fixes (see the header)
@@ -353,11 +358,11 @@ cmd_up() {
         k -n kubevirt get kv,pods -o wide >&2 || true
         vmq_die "KubeVirt not Available after $KV_TIMEOUT s"
     fi
-    if ! vmqc_poll 180 2 nodes_have_cpu_model; then
-        k get nodes -o json | jq -r '.items[] | "\(.metadata.name): usable models \([.metadata.labels | keys[] | select(startswith("cpu-model.node.kubevirt.io/")) | ltrimstr("cpu-model.node.kubevirt.io/")] | join(" ")), host-model \([.metadata.labels | keys[] | select(startswith("host-model-cpu.node.kubevirt.io/")) | ltrimstr("host-model-cpu.node.kubevirt.io/")] | join(" "))"' >&2 || true
-        vmq_die "not every node is labelled cpu-model.node.kubevirt.io/$KV_CPU_MODEL: pick a usable one with VHOSTMQ_KUBEVIRT_CPU_MODEL"
+    if ! vmqc_poll 180 2 nodes_migratable; then
+        k get nodes -o json | jq -r '.items[] | "\(.metadata.name): host-model \([.metadata.labels | keys[] | select(startswith("host-model-cpu.node.kubevirt.io/")) | ltrimstr("host-model-cpu.node.kubevirt.io/")] | join(" ")), obsolete-host-model \(.metadata.labels["node-labeller.kubevirt.io/obsolete-host-model"] // "-")"' >&2 || true
+        vmq_die "not every node is labelled a migration target for its host-model CPU (cpu-model-migration.node.kubevirt.io/<host-model>): see virt-handler's node labeller"
     fi
-    vmq_log "every node offers CPU model $KV_CPU_MODEL (KubeVirt cpuModel)"
+    vmq_log "every node is a migration target for its host-model CPU ($(k get nodes -o json | jq -r '[.items[].metadata.labels | keys[] | select(startswith("host-model-cpu.node.kubevirt.io/")) | ltrimstr("host-model-cpu.node.kubevirt.io/")] | unique | join(" ")'))"
     T_KV=$(vmqc_secs "$t")
     echo "prep=$T_PREP cluster=$T_CLUSTER import=$T_IMPORT operator=$T_OPERATOR kubevirt_available=$T_KV total=$(vmqc_secs "$t0")" >"$VMKV_RUN/timings"
     vmq_log "KubeVirt $KV_VERSION Available ($(cat "$VMKV_RUN/timings"))"
