@@ -15,10 +15,13 @@
 # frontend anew (its log), the old process handed them over and exits 0 on
 # SIGTERM; neither guest's carrier_changes moved (QEMU shows a guest a link
 # down/up when its backend goes away: with a reconnect it moves by 2);
-# iperf3 succeeded both ways; the pings were answered to the end; the
-# successor's stats show both ports connected and every queue pair busy.
-# Reported: the longest ping gap, the handoff's pause (old side: first
-# parked session to the successor's Taken; successor: its hello to serving).
+# iperf3 succeeded both ways; the pings were answered to the end, and no
+# run of 4 or more of them (50 ms at 10 ms) was lost within 1.5 s of the
+# switch; the successor's stats show both ports connected and every queue
+# pair busy. Reported: the longest ping gap, where it fell against the
+# switch and in how many runs pings were lost (gaps far from the switch
+# are the load), the handoff's pause (old side: first parked session to
+# the successor's Taken; successor: its hello to serving).
 #
 # --baseline ROLE adds one run of what an upgrade was before: the old
 # process SIGKILLed, the rebuilt one started (the frontends reconnect).
@@ -140,23 +143,43 @@ run_role() {
     vmq_tg_traffic || true
     local la=${VMQ_GUEST_LOG[a]}
     if vmq_guest_wait a '^VHOSTMQ-RESULT pings ' 30; then
+        local t_end sent first
+        t_end=$(vmq_now)
+        sent=$(vmq_result "$la" pings sent) first=$(vmq_result "$la" pings first_seq)
+        # from_switch SEQ...: seconds from the switch to when each sequence
+        # number was sent, the pings spread evenly over the host's time from
+        # their start to their summary (a loaded TCG guest sends fewer than
+        # one per interval, so its own clock would drift)
+        from_switch() { awk -v f="$first" -v n="$sent" -v a="$t_ping" -v b="$t_switch" -v e="$t_end" \
+            '$1 ~ /^[0-9]+$/ && n > 0 { printf "%+.2f %s\n", a + ($1 - f) / n * (e - a) - b, $2 }'; }
         vmq_res pings "$(vmq_result "$la" pings received)/$(vmq_result "$la" pings sent)"
         vmq_res max_gap_ms "$(vmq_result "$la" pings max_gap_ms)"
         vmq_res max_rtt_ms "$(vmq_result "$la" pings max_rtt_ms)"
         vmq_ok "pings every 10 ms across the handoff: ${VMQ_RES[pings]} answered, longest gap ${VMQ_RES[max_gap_ms]} ms, longest round trip ${VMQ_RES[max_rtt_ms]} ms"
-        # Where the longest gap fell: its first missing sequence number
-        # against the one due when the successor served (pings are sent
-        # every interval of the guest's time, so this is an estimate; a gap
-        # seconds away from the switch was the load, not the handoff).
+        # Where the longest gap fell against the switch (the successor
+        # serving; in the baseline the kill): a gap seconds away from it was
+        # the load, not the handoff.
         v=$(vmq_result "$la" pings gap_seq)
         if [[ $v =~ ^[0-9]+$ ]] && ((v > 0)); then
-            vmq_res gap_from_switch_s "$(awk -v g="$v" -v f="$(vmq_result "$la" pings first_seq)" -v a="$t_ping" -v b="$t_switch" -v iv="$VMQ_TG_INTERVAL" \
-                'BEGIN { printf "%+.2f", (g - f) * iv - (b - a) }')"
+            vmq_res gap_from_switch_s "$(from_switch <<<"$v" | cut -d' ' -f1)"
         else
             vmq_res gap_from_switch_s -
         fi
         vmq_res lost_runs "$(vmq_result "$la" pings lost_runs)"
         vmq_log "the longest gap began ${VMQ_RES[gap_from_switch_s]} s from the switch (estimate from sequence numbers); pings were lost in ${VMQ_RES[lost_runs]} separate runs"
+        # The handoff's own gap must stay under 50 ms (#17): no run of 4 or
+        # more lost pings (a gap of 50 ms at 10 ms) may begin within 1.5 s
+        # of the switch (the estimate of when a ping was sent is off by up to
+        # 0.6 s in the baseline). Such runs elsewhere are the load (16 iperf3
+        # streams and two TCG guests on two cores), reported only.
+        local near=""
+        near=$(vmq_result "$la" pings long_runs | tr ',+' '\n ' | from_switch |
+            awk '$1 > -1.5 && $1 < 1.5 { printf "%s%d lost from %s s", (n++ ? ", " : ""), $2, $1 }')
+        if [[ $mode == handoff && -n $near ]]; then
+            vmq_fail "pings lost at the switch: $near (a gap of 50 ms or more)"
+        elif [[ $mode == handoff ]]; then
+            vmq_ok "no gap of 50 ms or more within 1.5 s of the switch (runs of 4+ lost anywhere: $(vmq_result "$la" pings long_runs))"
+        fi
         v=$(vmq_result "$la" pings last_seq)
         if ! [[ $v =~ ^[0-9]+$ ]] || (($(vmq_result "$la" pings sent) - v >= 100)); then
             vmq_fail "pings stopped being answered: $(vmq_result_line "$la" pings)"
