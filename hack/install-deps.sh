@@ -88,7 +88,8 @@ fi
 # launcher runs; backports keep their low priority, nothing else moves.
 QEMU_PIN=${VHOSTMQ_QEMU_VERSION:-1:10.0.2+ds-2+deb13u1~bpo12+1}
 BPO_LIST=/etc/apt/sources.list.d/vhostmq-bookworm-backports.list
-if [[ $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) != "$QEMU_PIN" ]]; then
+# (a removed package keeps its version in dpkg's database: the status counts)
+if [[ $(dpkg-query -W -f='${db:Status-Status} ${Version}' qemu-system-x86 2>/dev/null) != "installed $QEMU_PIN" ]]; then
     if [[ ! -f $BPO_LIST ]]; then
         echo "deb http://deb.debian.org/debian bookworm-backports main" >"$BPO_LIST"
         UPDATED=0
