@@ -1,0 +1,109 @@
+// Command vhostmq-dra hands the node agent's queue slots out through
+// Kubernetes Dynamic Resource Allocation (driver queues.vhostmq.io): a
+// ResourceSlice with one device per slot, claims prepared as per-claim
+// socket directories mounted by CDI. It may run beside vhostmq-deviceplugin:
+// the agent's reservations keep the two from giving a slot twice.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/plugin"
+	"github.com/vhostmq/vhostmq/plugin/dra"
+)
+
+func main() {
+	var rc dra.RunConfig
+	var agentSocket, kubeconfig, owner, mode, level string
+	flag.StringVar(&agentSocket, "agent-socket", "/run/vhostmq/api.sock", "the node agent's API socket")
+	flag.StringVar(&rc.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster)")
+	flag.StringVar(&rc.KubeletDir, "kubelet-dir", plugin.DefaultKubeletDir, "the kubelet's root directory")
+	flag.StringVar(&rc.SocketRoot, "socket-root", plugin.DefaultSocketRoot, "host directory for per-claim socket directories")
+	flag.StringVar(&rc.ContainerSocketDir, "container-socket-dir", plugin.DefaultContainerSocketDir, "under which containers see their claims' socket directories")
+	flag.StringVar(&rc.CDIDir, "cdi-dir", "/var/run/cdi", "where CDI spec files go (the container runtime's CDI directory)")
+	flag.IntVar(&rc.MTU, "mtu", 0, "the ports' MTU, said in the device metadata (0: not said)")
+	flag.StringVar(&owner, "socket-owner", "107:107", "uid:gid owning claim directories (qemu in KubeVirt is 107)")
+	flag.StringVar(&mode, "socket-mode", "0770", "mode of claim directories, at most 0770")
+	flag.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+	if err := parse(&rc, owner, mode, level); err != nil {
+		fmt.Fprintln(os.Stderr, "vhostmq-dra:", err)
+		os.Exit(2)
+	}
+	if rc.NodeName == "" {
+		fmt.Fprintln(os.Stderr, "vhostmq-dra: --node-name: empty (and NODE_NAME unset)")
+		os.Exit(2)
+	}
+	kc, err := kubeClient(kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vhostmq-dra: --kubeconfig:", err)
+		os.Exit(2)
+	}
+	rc.Kube = kc
+	conn, err := grpc.NewClient("unix://"+agentSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vhostmq-dra: --agent-socket:", err)
+		os.Exit(2)
+	}
+	defer conn.Close()
+	rc.Agent = agentv1.NewAgentClient(conn)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := dra.Run(ctx, rc); err != nil {
+		fmt.Fprintln(os.Stderr, "vhostmq-dra:", err)
+		os.Exit(1)
+	}
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func parse(rc *dra.RunConfig, owner, mode, level string) error {
+	u, g, ok := strings.Cut(owner, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+		return fmt.Errorf("--socket-owner: %q is not uid:gid", owner)
+	}
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil {
+		return fmt.Errorf("--socket-mode: %q is not an octal mode", mode)
+	}
+	if rc.MTU < 0 || rc.MTU > 65535 {
+		return fmt.Errorf("--mtu: %d is not 0..65535", rc.MTU)
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
+	}
+	rc.SocketUID, rc.SocketGID, rc.SocketMode = uid, gid, os.FileMode(m)
+	rc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	return nil
+}

@@ -1,0 +1,77 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+)
+
+// RunConfig adds what the kubelet plugin needs to the driver's Config.
+type RunConfig struct {
+	Config
+	Kube         kubernetes.Interface
+	KubeletDir   string        // the kubelet's root: plugins/ and plugins_registry/ are under it
+	PollCapacity time.Duration // how often the slice is checked against the agent; default 10 s
+}
+
+// Run registers the driver with the kubelet, publishes the node's slots as
+// its ResourceSlice (again whenever the agent's slots change) and prepares
+// claims until ctx ends.
+func Run(ctx context.Context, rc RunConfig) error {
+	d, err := New(rc.Config)
+	if err != nil {
+		return err
+	}
+	if rc.KubeletDir == "" {
+		rc.KubeletDir = "/var/lib/kubelet"
+	}
+	if rc.PollCapacity == 0 {
+		rc.PollCapacity = 10 * time.Second
+	}
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.NodeName(rc.NodeName),
+		kubeletplugin.KubeClient(rc.Kube),
+		kubeletplugin.PluginDataDirectoryPath(rc.KubeletDir+"/plugins/"+DriverName),
+		kubeletplugin.RegistrarDirectoryPath(rc.KubeletDir+"/plugins_registry"),
+		kubeletplugin.CDIDirectory(rc.CDIDir),
+		kubeletplugin.EnableDeviceMetadata(true, nil),
+	)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin: %w", err)
+	}
+	defer helper.Stop()
+	d.log.Info("DRA driver registered", "driver", DriverName, "node", rc.NodeName)
+	var published []resourceapi.Device
+	t := time.NewTicker(rc.PollCapacity)
+	defer t.Stop()
+	for {
+		c, err := rc.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{})
+		if err != nil {
+			d.log.Warn("node agent unavailable; the published slice stays", "err", err)
+		} else if devs := Devices(c); published == nil || !equality.Semantic.DeepEqual(devs, published) {
+			res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+				rc.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}},
+			}}
+			if err := helper.PublishResources(ctx, res); err != nil {
+				d.log.Error("publishing the ResourceSlice", "err", err)
+			} else {
+				published = devs
+				d.log.Info("ResourceSlice published", "devices", len(devs))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
