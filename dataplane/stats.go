@@ -2,11 +2,10 @@ package dataplane
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/internal/atomicfile"
 )
 
 // PortStats is a snapshot of one port. In queue counters "rx" is toward the
@@ -157,23 +156,7 @@ func (d *Dataplane) WriteStatsFile(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".stats-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteBytes(path, append(b, '\n'), 0o644, false)
 }
 
 func (p *port) numa(w *worker) int { return w.dp.topo.Node(w.cpu) }

@@ -6,14 +6,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/vhostmq/vhostmq/plugin"
+	"github.com/vhostmq/vhostmq/plugin/flags"
 )
 
 func main() {
@@ -48,21 +46,13 @@ func main() {
 }
 
 func parse(cfg *plugin.Config, owner, mode, level string) error {
-	u, g, ok := strings.Cut(owner, ":")
-	uid, err1 := strconv.Atoi(u)
-	gid, err2 := strconv.Atoi(g)
-	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
-		return fmt.Errorf("--socket-owner: %q is not uid:gid", owner)
+	var err error
+	if cfg.SocketUID, cfg.SocketGID, err = flags.Owner(owner); err != nil {
+		return err
 	}
-	m, err := strconv.ParseUint(mode, 8, 32)
-	if err != nil {
-		return fmt.Errorf("--socket-mode: %q is not an octal mode", mode)
+	if cfg.SocketMode, err = flags.Mode(mode); err != nil {
+		return err
 	}
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
-	}
-	cfg.SocketUID, cfg.SocketGID, cfg.SocketMode = uid, gid, os.FileMode(m)
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
-	return nil
+	cfg.Logger, err = flags.Logger(level)
+	return err
 }

@@ -9,11 +9,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"google.golang.org/grpc"
@@ -25,6 +22,7 @@ import (
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
 	"github.com/vhostmq/vhostmq/plugin/dra"
+	"github.com/vhostmq/vhostmq/plugin/flags"
 )
 
 func main() {
@@ -86,24 +84,16 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 func parse(rc *dra.RunConfig, owner, mode, level string) error {
-	u, g, ok := strings.Cut(owner, ":")
-	uid, err1 := strconv.Atoi(u)
-	gid, err2 := strconv.Atoi(g)
-	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
-		return fmt.Errorf("--socket-owner: %q is not uid:gid", owner)
+	var err error
+	if rc.SocketUID, rc.SocketGID, err = flags.Owner(owner); err != nil {
+		return err
 	}
-	m, err := strconv.ParseUint(mode, 8, 32)
-	if err != nil {
-		return fmt.Errorf("--socket-mode: %q is not an octal mode", mode)
+	if rc.SocketMode, err = flags.Mode(mode); err != nil {
+		return err
 	}
 	if rc.MTU < 0 || rc.MTU > 65535 {
 		return fmt.Errorf("--mtu: %d is not 0..65535", rc.MTU)
 	}
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
-	}
-	rc.SocketUID, rc.SocketGID, rc.SocketMode = uid, gid, os.FileMode(m)
-	rc.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
-	return nil
+	rc.Logger, err = flags.Logger(level)
+	return err
 }

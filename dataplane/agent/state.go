@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/internal/atomicfile"
 )
 
 // stateSchema is the version of ports.json; a file with another version is
@@ -120,23 +121,7 @@ func (st *stateFile) save(specs []*agentv1.PortSpec, res []*agentv1.Reservation)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(st.dir, ".ports-*.json")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(st.dir, stateName)); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(st.dir, stateName), append(b, '\n'), 0o600, true); err != nil {
 		return err
 	}
 	d, err := os.Open(st.dir)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/vhostmq/vhostmq/internal/atomicfile"
 )
 
 // cdiKind is the CDI vendor/class of the claims' devices.
@@ -41,23 +43,7 @@ func writeCDISpec(dir, name, hostDir, containerDir string, env []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".vhostmq-cdi-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), cdiSpecPath(dir, name))
+	return atomicfile.WriteBytes(cdiSpecPath(dir, name), append(b, '\n'), 0o644, false)
 }
 
 func removeCDISpec(dir, name string) error {
