@@ -158,10 +158,15 @@ func validIfName(s string) error {
 	return nil
 }
 
-// socketPaths returns the host and container socket paths of ifname.
-func socketPaths(conf *NetConf, dir, ifname string) (string, string, error) {
-	host := filepath.Join(conf.SocketRoot, dir, ifname+".sock")
-	ctr := filepath.Join(conf.ContainerSocketDir, ifname+".sock")
+// socketPaths returns the host and container socket paths of ifname in
+// the allocation (a DRA claim's socket has its own name and place).
+func socketPaths(conf *NetConf, set *slotSet, ifname string) (string, string, error) {
+	name, ctrDir := ifname+".sock", conf.ContainerSocketDir
+	if set.socket != "" {
+		name, ctrDir = set.socket, set.ctrDir
+	}
+	host := filepath.Join(conf.SocketRoot, set.dir, name)
+	ctr := filepath.Join(ctrDir, name)
 	if len(host) >= maxSunPath {
 		return "", "", configError("socketRoot: socket path %q is %d bytes; a unix socket path must be shorter than %d", host, len(host), maxSunPath)
 	}
@@ -231,7 +236,7 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, ctr, err := socketPaths(conf, set.dir, args.IfName)
+	host, ctr, err := socketPaths(conf, set, args.IfName)
 	if err != nil {
 		return nil, err
 	}
@@ -263,18 +268,19 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		poll = ps.poll
 	}
 	s := &agentv1.PortSpec{
-		Id:         PortID(args.ContainerID, args.IfName),
-		SocketPath: host,
-		Role:       role,
-		QueuePairs: pairs,
-		Slots:      slots,
-		Mac:        mac.String(),
-		Mtu:        conf.MTU,
-		Polling:    poll,
-		Network:    conf.Name,
-		Vlan:       conf.VLAN,
-		Uplink:     conf.Uplink,
-		Dhcp:       *conf.DHCP,
+		Id:          PortID(args.ContainerID, args.IfName),
+		SocketPath:  host,
+		Role:        role,
+		QueuePairs:  pairs,
+		Slots:       slots,
+		Mac:         mac.String(),
+		Mtu:         conf.MTU,
+		Polling:     poll,
+		Network:     conf.Name,
+		Vlan:        conf.VLAN,
+		Uplink:      conf.Uplink,
+		Dhcp:        *conf.DHCP,
+		Reservation: set.reservation,
 		Labels: map[string]string{
 			LabelContainerID: args.ContainerID,
 			LabelIfName:      args.IfName,

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
 )
 
@@ -40,6 +41,10 @@ type slotSet struct {
 	all   []string // sorted
 	index int      // of this interface (Multus' network index)
 	dir   string   // allocation directory under the socket root
+	// A DRA claim's: the agent reservation the port names, the socket's
+	// file name and the directory the container sees it in (else
+	// <ifname>.sock in containerSocketDir, the device plugin's).
+	reservation, socket, ctrDir string
 }
 
 // split returns the slots of interface s.index with q queue pairs each;
@@ -84,8 +89,12 @@ func findSlots(conf *NetConf, pod podArgs) (*slotSet, error) {
 		return nil, types.NewError(types.ErrTryAgainLater, "asking the kubelet for the pod's "+conf.ResourceName+" devices", err.Error())
 	}
 	// Without pod-resources (or without an answer for this pod): the
-	// device plugin's record of the allocation that holds deviceID.
+	// device plugin's record of the allocation that holds deviceID, else
+	// a DRA claim prepared for the pod.
 	if conf.device == "" {
+		if set, err := fromClaim(conf, pod); set != nil || err != nil {
+			return set, err
+		}
 		return nil, types.NewError(ErrNoDevice, fmt.Sprintf("no %s device allocated to this pod", conf.ResourceName),
 			"the pod must request "+conf.ResourceName+" and the NetworkAttachmentDefinition carry the annotation k8s.v1.cni.cncf.io/resourceName: "+conf.ResourceName+" so that Multus passes deviceID")
 	}
@@ -192,4 +201,50 @@ func podDevices(socket, resource string, pod podArgs) (map[string][]string, erro
 		}
 	}
 	return out, nil
+}
+
+// fromClaim finds the pod's prepared DRA claim (queues.vhostmq.io): the
+// agent's reservation for the pod, and the record the DRA driver wrote
+// beside the claim's directory. nil, nil if the pod has none. One claim
+// is one interface; a pod with several is refused, naming them.
+func fromClaim(conf *NetConf, pod podArgs) (*slotSet, error) {
+	if pod.UID == "" {
+		return nil, nil
+	}
+	client, closeConn, err := dial(conf.AgentSocket)
+	if err != nil {
+		return nil, agentError("finding the pod's DRA claim", err)
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	l, err := client.ListReservations(ctx, &agentv1.ListReservationsRequest{Pod: pod.UID})
+	if err != nil {
+		return nil, agentError("finding the pod's DRA claim", err)
+	}
+	var claims []*agentv1.Reservation
+	for _, r := range l.GetReservations() {
+		if strings.HasPrefix(r.GetOwner(), agentv1.OwnerClaim) {
+			claims = append(claims, r)
+		}
+	}
+	switch {
+	case len(claims) == 0:
+		return nil, nil
+	case len(claims) > 1:
+		owners := make([]string, len(claims))
+		for i, c := range claims {
+			owners[i] = c.GetOwner()
+		}
+		return nil, types.NewError(ErrNoAllocation, fmt.Sprintf("the pod has %d vhostmq claims (%s); one interface per pod is served from DRA claims", len(claims), strings.Join(owners, ", ")), "")
+	}
+	uid := strings.TrimPrefix(claims[0].GetOwner(), agentv1.OwnerClaim)
+	rec, err := plugin.ReadClaimRecord(conf.SocketRoot, uid)
+	if err != nil {
+		return nil, types.NewError(ErrNoAllocation, fmt.Sprintf("claim %s of the pod: no record under socketRoot %s", uid, conf.SocketRoot),
+			err.Error()+" (the DRA driver writes it when it prepares the claim; check that socketRoot matches its --socket-root)")
+	}
+	all := slices.Clone(claims[0].GetSlots())
+	slices.Sort(all)
+	return &slotSet{all: all, dir: plugin.ClaimDir(uid), reservation: claims[0].GetOwner(), socket: plugin.ClaimSocketName, ctrDir: rec.ContainerDir}, nil
 }

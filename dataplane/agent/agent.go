@@ -327,7 +327,7 @@ func (a *Agent) place(spec *agentv1.PortSpec) ([]*slot, error) {
 			if s.owner != "" {
 				return nil, status.Errorf(codes.FailedPrecondition, "spec.slots[%d]: %s is in use by port %q", i, id, s.owner)
 			}
-			if s.reserved != "" && s.reserved != spec.Reservation && !strings.HasPrefix(s.reserved, OwnerAllocation) {
+			if s.reserved != "" && s.reserved != spec.Reservation && !strings.HasPrefix(s.reserved, agentv1.OwnerAllocation) {
 				return nil, status.Errorf(codes.FailedPrecondition, "spec.slots[%d]: %s is reserved by %q", i, id, s.reserved)
 			}
 			chosen = append(chosen, s)

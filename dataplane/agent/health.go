@@ -65,7 +65,7 @@ func (h *healthMonitor) compute() *agentv1.Health {
 	nfailed := len(a.failed)
 	claimed := map[*slot]string{} // held by a DRA claim: not for the device plugin
 	for _, s := range a.slots {
-		if strings.HasPrefix(s.reserved, OwnerClaim) {
+		if strings.HasPrefix(s.reserved, agentv1.OwnerClaim) {
 			claimed[s] = s.reserved
 		}
 	}

@@ -21,13 +21,6 @@ import (
 // by a port, is never reserved again; a port takes a reserved slot only
 // when it names the reservation. Reservations are stored with the ports.
 
-// Owner prefixes by convention; a DRA claim's slots are reported
-// unhealthy to the device plugin (the kubelet must not allocate them).
-const (
-	OwnerAllocation = "alloc/"
-	OwnerClaim      = "claim/"
-)
-
 var ownerRE = regexp.MustCompile(`^[A-Za-z0-9/._-]{1,128}$`)
 
 // reservation is one owner's slots.

@@ -103,7 +103,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	const socket = "/var/run/vhostmq/nic/" + SocketName
+	const socket = "/var/run/vhostmq/nic/" + plugin.ClaimSocketName
 	if len(res.Devices) != 2 || res.Devices[0].DeviceName != "c0-s1" || res.Devices[1].PoolName != "node1" {
 		t.Fatalf("devices %+v", res.Devices)
 	}
@@ -122,7 +122,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if len(rs) != 1 || rs[0].Owner != "claim/uid-1" || !slices.Equal(rs[0].Slots, []string{"c0-s1", "c0-s2"}) {
 		t.Fatalf("agent reservations of pod-1: %v", rs)
 	}
-	host := filepath.Join(r.node.SocketRoot, ClaimDir("uid-1"))
+	host := filepath.Join(r.node.SocketRoot, plugin.ClaimDir("uid-1"))
 	if fi, err := os.Stat(host); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o770 {
 		t.Fatalf("socket directory %s: %v %v", host, fi, err)
 	}
@@ -145,6 +145,11 @@ func TestPrepareUnprepare(t *testing.T) {
 		t.Errorf("CDI env %v", edits.Env)
 	}
 
+	rec, err := plugin.ReadClaimRecord(r.node.SocketRoot, string(c.UID))
+	if err != nil || rec.ContainerDir != filepath.Dir(socket) || !slices.Equal(rec.Slots, []string{"c0-s1", "c0-s2"}) || rec.Name != c.Name {
+		t.Fatalf("the claim's record for the CNI: %+v %v", rec, err)
+	}
+
 	// The kubelet asks again (its restart): the same answer, nothing more.
 	if again := r.prepare(t, c); again.Err != nil || len(again.Devices) != 2 {
 		t.Fatalf("prepared again: %+v", again)
@@ -163,7 +168,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if rs := r.reservations(t, ""); len(rs) != 0 {
 		t.Errorf("reservations after unprepare: %v", rs)
 	}
-	for _, p := range []string{host, filepath.Join(r.cdi, "vhostmq.io-queues_claim-uid-1.json")} {
+	for _, p := range []string{host, filepath.Join(r.cdi, "vhostmq.io-queues_claim-uid-1.json"), plugin.ClaimRecordFile(r.node.SocketRoot, string(c.UID))} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left after unprepare (%v)", p, err)
 		}
@@ -204,7 +209,7 @@ func TestPrepareRefusals(t *testing.T) {
 		if err := out[x.c.UID].Err; err == nil || !strings.Contains(err.Error(), x.want) {
 			t.Errorf("claim %s: %v, want an error with %q", x.c.UID, err, x.want)
 		}
-		if _, err := os.Stat(filepath.Join(r.node.SocketRoot, ClaimDir(x.c.UID))); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(r.node.SocketRoot, plugin.ClaimDir(string(x.c.UID)))); !os.IsNotExist(err) {
 			t.Errorf("claim %s: socket directory left (%v)", x.c.UID, err)
 		}
 		if _, err := os.Stat(cdiSpecPath(r.cdi, cdiName(x.c.UID))); !os.IsNotExist(err) {
@@ -236,7 +241,7 @@ func TestPrepareRollsBack(t *testing.T) {
 	if rs := r.reservations(t, ""); len(rs) != 0 {
 		t.Errorf("reservation left: %v", rs)
 	}
-	if _, err := os.Stat(filepath.Join(r.node.SocketRoot, ClaimDir(c.UID))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(r.node.SocketRoot, plugin.ClaimDir(string(c.UID)))); !os.IsNotExist(err) {
 		t.Errorf("socket directory left (%v)", err)
 	}
 }

@@ -2,8 +2,7 @@ package dra
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,16 +18,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
-	"github.com/vhostmq/vhostmq/dataplane/agent"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/internal/atomicfile"
 	"github.com/vhostmq/vhostmq/plugin"
 )
 
 // Names a prepared claim gives its container.
 const (
-	// SocketName is the vhost-user socket in a claim's directory: a claim
-	// is one NIC.
-	SocketName = "vhost-user.sock"
 	// EnvSocket carries the socket's path in the container.
 	EnvSocket = "VHOSTMQ_SOCKET"
 	// AttrVhostUserPath and AttrMTU are the device metadata attributes a
@@ -76,17 +72,6 @@ func New(cfg Config) (*Driver, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Driver{cfg: cfg, log: cfg.Logger}, nil
-}
-
-// Owner is the agent reservation of a claim.
-func Owner(claim types.UID) string { return agent.OwnerClaim + string(claim) }
-
-// ClaimDir is the host directory name of a claim's socket directory: a
-// hash of its UID keeps it short (unix socket paths stay under 108 bytes)
-// and apart from the device plugin's qp-* directories, which it reclaims.
-func ClaimDir(claim types.UID) string {
-	sum := sha256.Sum256([]byte(claim))
-	return "claim-" + hex.EncodeToString(sum[:8])
 }
 
 // ContainerDir is where a container sees a claim's directory: named by the
@@ -150,12 +135,12 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	if errs := validation.IsDNS1123Subdomain(filepath.Base(cdir)); len(errs) > 0 {
 		return nil, fmt.Errorf("claim %s/%s: its directory name %q: %s", c.Namespace, c.Name, filepath.Base(cdir), strings.Join(errs, "; "))
 	}
-	res, err := d.cfg.Agent.Reserve(ctx, &agentv1.ReserveRequest{Owner: Owner(c.UID), Slots: slots, Pods: pods})
+	res, err := d.cfg.Agent.Reserve(ctx, &agentv1.ReserveRequest{Owner: plugin.ClaimOwner(string(c.UID)), Slots: slots, Pods: pods})
 	if err != nil {
 		return nil, fmt.Errorf("claim %s/%s: reserving slots %s in the node agent: %w", c.Namespace, c.Name, strings.Join(slots, ","), err)
 	}
-	host := filepath.Join(d.cfg.SocketRoot, ClaimDir(c.UID))
-	socket := filepath.Join(cdir, SocketName)
+	host := filepath.Join(d.cfg.SocketRoot, plugin.ClaimDir(string(c.UID)))
+	socket := filepath.Join(cdir, plugin.ClaimSocketName)
 	env := []string{plugin.EnvSlots + "=" + strings.Join(res.GetSlots(), ","), EnvSocket + "=" + socket}
 	if err := d.makeDir(host); err != nil {
 		err = fmt.Errorf("claim %s/%s: socket directory %s: %w", c.Namespace, c.Name, host, err)
@@ -163,6 +148,11 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	}
 	if err := writeCDISpec(d.cfg.CDIDir, cdiName(c.UID), host, cdir, env); err != nil {
 		err = fmt.Errorf("claim %s/%s: CDI spec: %w", c.Namespace, c.Name, err)
+		return nil, errors.Join(err, d.unprepare(ctx, kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}))
+	}
+	rec, _ := json.Marshal(plugin.ClaimRecord{Claim: string(c.UID), Namespace: c.Namespace, Name: c.Name, Slots: res.GetSlots(), ContainerDir: cdir})
+	if err := atomicfile.WriteBytes(plugin.ClaimRecordFile(d.cfg.SocketRoot, string(c.UID)), append(rec, '\n'), 0o600, false); err != nil {
+		err = fmt.Errorf("claim %s/%s: its record for the CNI plugin: %w", c.Namespace, c.Name, err)
 		return nil, errors.Join(err, d.unprepare(ctx, kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}))
 	}
 	attrs := map[string]resourceapi.DeviceAttribute{AttrVhostUserPath: {StringValue: ptr.To(socket)}}
@@ -210,17 +200,20 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 	// Every step is tried, whatever failed before: what can go, goes.
 	var errs []error
-	host := filepath.Join(d.cfg.SocketRoot, ClaimDir(c.UID))
-	if err := os.Remove(filepath.Join(host, SocketName)); err != nil && !gone(err) {
+	host := filepath.Join(d.cfg.SocketRoot, plugin.ClaimDir(string(c.UID)))
+	if err := os.Remove(filepath.Join(host, plugin.ClaimSocketName)); err != nil && !gone(err) {
 		errs = append(errs, err)
 	}
 	if err := os.Remove(host); err != nil && !gone(err) {
 		errs = append(errs, fmt.Errorf("socket directory %s: %w", host, err))
 	}
+	if err := os.Remove(plugin.ClaimRecordFile(d.cfg.SocketRoot, string(c.UID))); err != nil && !gone(err) {
+		errs = append(errs, err)
+	}
 	if err := removeCDISpec(d.cfg.CDIDir, cdiName(c.UID)); err != nil {
 		errs = append(errs, fmt.Errorf("CDI spec: %w", err))
 	}
-	if _, err := d.cfg.Agent.Release(ctx, &agentv1.ReleaseRequest{Owner: Owner(c.UID)}); err != nil {
+	if _, err := d.cfg.Agent.Release(ctx, &agentv1.ReleaseRequest{Owner: plugin.ClaimOwner(string(c.UID))}); err != nil {
 		errs = append(errs, fmt.Errorf("releasing its slots in the node agent: %w", err))
 	}
 	if len(errs) > 0 {
