@@ -35,7 +35,8 @@ if [[ ! -x $helm ]]; then
 fi
 
 # the defaults, every optional part switched on, each uplink
-for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true" \
+for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true,dra.enabled=true" \
+    "devicePlugin.enabled=false,dra.enabled=true,webhook.enabled=false" \
     "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vlan=10" \
     "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp"; do
     args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
@@ -57,6 +58,9 @@ networkAttachmentDefinition.vlan=5000|/networkAttachmentDefinition/vlan
 uplink.mode=tap,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.mtu=9000|networkAttachmentDefinition.mtu
 uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp,networkAttachmentDefinition.mtu=9000|networkAttachmentDefinition.mtu
 uplink.tap.name=this-name-is-too-long|/uplink/tap/name
+devicePlugin.enabled=false,webhook.enabled=false|devicePlugin.enabled, dra.enabled
+devicePlugin.enabled=false,dra.enabled=true|webhook.enabled
+dra.enabled=true,dra.deviceClass=Bad_Name|/dra/deviceClass
 EOF
 
 # The plain manifests take their webhook certificate from cert-manager: a

@@ -26,6 +26,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 vhostmq.checkUplink refuses uplink values that cannot work, naming the value.
 */}}
 {{- define "vhostmq.checkUplink" -}}
+{{- if not (or .Values.devicePlugin.enabled .Values.dra.enabled) -}}
+{{- fail "devicePlugin.enabled, dra.enabled: at least one must be true (pods get queue slots through one of them)" -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled (not .Values.devicePlugin.enabled) -}}
+{{- fail "webhook.enabled: the webhook asks for the device plugin's vhostmq.io/queue-pairs, and devicePlugin.enabled is false (turn the webhook off; DRA pods carry their claims)" -}}
+{{- end -}}
+{{- if and .Values.dra.enabled (semverCompare "<1.34-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "dra.enabled: needs Kubernetes 1.34 or later (resource.k8s.io/v1); this is %s" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- $u := .Values.uplink -}}
 {{- $n := .Values.networkAttachmentDefinition -}}
 {{- if and (eq $u.mode "af_xdp") (not $u.af_xdp.interface) -}}
