@@ -9,6 +9,7 @@ package dra
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
@@ -31,7 +32,10 @@ const (
 // order interleaves the CPUs (every CPU's first slot, then every CPU's
 // second, ...): the scheduler takes the first devices that fit, so a claim
 // for n slots lands on n distinct CPUs while there are, as the device
-// plugin's preferred allocation does.
+// plugin's preferred allocation does. Slots the device plugin's side holds
+// (an allocation's reservation, or a port no claim holds) are left out, so
+// the capacity shown to DRA shrinks as the kubelet allocates; a claim's
+// slots stay (the scheduler counts them as allocated itself).
 func Devices(c *agentv1.Capacity) []resourceapi.Device {
 	type ref struct {
 		slot  *agentv1.Slot
@@ -41,6 +45,9 @@ func Devices(c *agentv1.Capacity) []resourceapi.Device {
 	var refs []ref
 	for _, cpu := range c.GetCpus() {
 		for i, s := range cpu.GetSlots() {
+			if held := s.GetReservedBy(); held != "" && !strings.HasPrefix(held, agentv1.OwnerClaim) || held == "" && s.GetPortId() != "" {
+				continue
+			}
 			refs = append(refs, ref{s, cpu, i})
 		}
 	}

@@ -24,20 +24,24 @@ func TestDevicesInterleaveCPUs(t *testing.T) {
 	c := &agentv1.Capacity{Cpus: []*agentv1.CPU{
 		{Id: 2, NumaNode: 0, Slots: []*agentv1.Slot{{Id: "c2-s0"}, {Id: "c2-s1"}}},
 		{Id: 3, NumaNode: 1, Slots: []*agentv1.Slot{{Id: "c3-s0"}, {Id: "c3-s1"}, {Id: "c3-s2"}}},
+		// the device plugin's: an allocation's, a port's without a claim
+		{Id: 4, NumaNode: 1, Slots: []*agentv1.Slot{{Id: "c4-s0", ReservedBy: "alloc/qp-1"}, {Id: "c4-s1", PortId: "p1"},
+			// a claim's, with and without its port: still offered
+			{Id: "c4-s2", ReservedBy: "claim/u1", PortId: "p2"}}},
 	}}
 	var names []string
 	for _, d := range Devices(c) {
 		names = append(names, d.Name)
 		cpu, numa := *d.Attributes[AttrCPU].IntValue, *d.Attributes[AttrNUMANode].IntValue
-		if want := map[string]int64{"c2": 0, "c3": 1}[d.Name[:2]]; numa != want || cpu != map[string]int64{"c2": 2, "c3": 3}[d.Name[:2]] {
+		if want := map[string]int64{"c2": 0, "c3": 1, "c4": 1}[d.Name[:2]]; numa != want || cpu != map[string]int64{"c2": 2, "c3": 3, "c4": 4}[d.Name[:2]] {
 			t.Errorf("device %s: cpu %d numa %d", d.Name, cpu, numa)
 		}
 		if *d.Attributes[AttrSlot].StringValue != d.Name {
 			t.Errorf("device %s: slot attribute %q", d.Name, *d.Attributes[AttrSlot].StringValue)
 		}
 	}
-	if want := []string{"c2-s0", "c3-s0", "c2-s1", "c3-s1", "c3-s2"}; !slices.Equal(names, want) {
-		t.Errorf("devices %v, want %v (each CPU's first slot first)", names, want)
+	if want := []string{"c2-s0", "c3-s0", "c2-s1", "c3-s1", "c3-s2", "c4-s2"}; !slices.Equal(names, want) {
+		t.Errorf("devices %v, want %v (each CPU's first slot first, none the device plugin's)", names, want)
 	}
 }
 
