@@ -347,10 +347,6 @@ func (p *Plugin) reclaim(live map[string]bool, now time.Time) {
 		if err := os.Remove(host); err != nil && !os.IsNotExist(err) {
 			continue // not empty yet
 		}
-		if err := p.release(dir); err != nil {
-			p.log.Warn("freed allocation: its slots could not be released in the node agent; retried", "dir", host, "err", err)
-			continue
-		}
 		for _, id := range readSlots(f) {
 			if !liveIDs[id] {
 				os.Remove(p.devInfoPath(id))
