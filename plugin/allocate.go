@@ -10,10 +10,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
 // AllocationDir is the host directory name of an allocation: derived from
@@ -76,6 +81,15 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if err := p.makeAllocation(host, dir, ids); err != nil {
 			return nil, status.Errorf(codes.Internal, "allocation directory %s: %v", host, err)
 		}
+		// The agent arbitrates with the DRA driver: a slot a claim holds is
+		// refused here, and the allocation's slots are the DRA path's no
+		// more (idempotent: the kubelet may allocate again for a restart).
+		// The directory comes first: the agent drops an allocation's
+		// reservation once its directory is gone. A refused allocation's
+		// directory is reclaimed like any freed one.
+		if err := p.reserve(dir, ids); err != nil {
+			return nil, err
+		}
 		for _, id := range ids {
 			if err := p.writeDevInfo(id); err != nil {
 				return nil, status.Errorf(codes.Internal, "device-info for %s: %v", id, err)
@@ -90,6 +104,45 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		})
 	}
 	return resp, nil
+}
+
+// reserve reserves the allocation's slots in the node agent
+// ("alloc/<dir>").
+func (p *Plugin) reserve(dir string, ids []string) error {
+	return p.withAgent(func(ctx context.Context, c agentv1.AgentClient) error {
+		_, err := c.Reserve(ctx, &agentv1.ReserveRequest{Owner: agentv1.OwnerAllocation + dir, Slots: ids}, grpc.WaitForReady(true))
+		// An agent handing its ports to a successor answers Unavailable for
+		// a few milliseconds: asked again until the deadline.
+		for status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			_, err = c.Reserve(ctx, &agentv1.ReserveRequest{Owner: agentv1.OwnerAllocation + dir, Slots: ids}, grpc.WaitForReady(true))
+		}
+		if err != nil {
+			return status.Errorf(status.Code(err), "devices_ids: reserving %s in the node agent: %s", strings.Join(ids, ","), status.Convert(err).Message())
+		}
+		return nil
+	})
+}
+
+// release gives a freed allocation's slots back in the node agent.
+func (p *Plugin) release(dir string) error {
+	return p.withAgent(func(ctx context.Context, c agentv1.AgentClient) error {
+		_, err := c.Release(ctx, &agentv1.ReleaseRequest{Owner: agentv1.OwnerAllocation + dir})
+		return err
+	})
+}
+
+// withAgent calls the node agent over a fresh connection (a unix socket:
+// cheap), with a deadline.
+func (p *Plugin) withAgent(call func(context.Context, agentv1.AgentClient) error) error {
+	conn, err := grpc.NewClient("unix://"+p.cfg.AgentSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "node agent: %v", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return call(ctx, agentv1.NewAgentClient(conn))
 }
 
 func (p *Plugin) makeAllocation(host, dir string, ids []string) error {

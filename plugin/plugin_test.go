@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
 // fakeKubelet is the kubelet's Registration service on kubelet.sock.
@@ -52,7 +54,9 @@ func TestPluginLifecycle(t *testing.T) {
 	kubelet := startKubelet(t, kdir, regs)
 	node := agenttest.Start(t, dir, 4)
 
-	p, err := New(Config{AgentSocket: filepath.Join(dir, "api.sock"), KubeletDir: kdir, SocketRoot: filepath.Join(dir, "alloc"),
+	// the agent's socket root: it drops an allocation's reservation once
+	// the directory there is gone
+	p, err := New(Config{AgentSocket: filepath.Join(dir, "api.sock"), KubeletDir: kdir, SocketRoot: node.SocketRoot,
 		DevInfoDir: filepath.Join(dir, "devinfo"), SocketUID: os.Getuid(), SocketGID: os.Getgid(), Logger: agenttest.Logger()})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +137,7 @@ func TestPluginLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	cr := alloc.ContainerResponses[0]
-	host := filepath.Join(dir, "alloc", AllocationDir(ids))
+	host := filepath.Join(node.SocketRoot, AllocationDir(ids))
 	if cr.Envs[EnvSlots] != "c0-s1,c0-s3" || len(cr.Mounts) != 1 || cr.Mounts[0].HostPath != host || cr.Mounts[0].ContainerPath != DefaultContainerSocketDir {
 		t.Errorf("allocate response %v", cr)
 	}
@@ -148,6 +152,19 @@ func TestPluginLifecycle(t *testing.T) {
 	if _, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"c9-s9"}}}}); err == nil {
 		t.Error("allocating an unknown slot succeeded")
 	}
+	// The allocation holds its slots in the agent; a slot a DRA claim
+	// holds is refused, naming the claim.
+	rl, err := node.Client.ListReservations(ctx, &agentv1.ListReservationsRequest{})
+	if err != nil || len(rl.Reservations) != 1 || rl.Reservations[0].Owner != "alloc/"+AllocationDir(ids) || strings.Join(rl.Reservations[0].Slots, ",") != "c0-s3,c0-s1" {
+		t.Fatalf("agent reservations after Allocate: %v %v", rl, err)
+	}
+	if _, err := node.Client.Reserve(ctx, &agentv1.ReserveRequest{Owner: "claim/uid-9", Slots: []string{"c0-s2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"c0-s2"}}}}); err == nil || !strings.Contains(err.Error(), `reserved by "claim/uid-9"`) {
+		t.Errorf("allocating a slot a DRA claim holds: %v", err)
+	}
+	node.Client.Release(ctx, &agentv1.ReleaseRequest{Owner: "claim/uid-9"})
 
 	// Freed allocations are reclaimed after the grace period.
 	p.reclaim(map[string]bool{AllocationDir(ids): true}, time.Now().Add(time.Hour))
@@ -182,6 +199,9 @@ func TestPluginLifecycle(t *testing.T) {
 	p.reclaim(map[string]bool{}, time.Now().Add(time.Hour))
 	if _, err := os.Stat(host); !os.IsNotExist(err) {
 		t.Errorf("freed allocation directory left: %v", err)
+	}
+	if rl, _ := node.Client.ListReservations(ctx, &agentv1.ListReservationsRequest{}); len(rl.GetReservations()) != 0 {
+		t.Errorf("the freed allocation's reservation left: %v", rl)
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "devinfo", "*c0-s1*")); len(m) != 0 {
 		t.Errorf("freed device-info left: %v", m)

@@ -347,6 +347,11 @@ func (p *Plugin) reclaim(live map[string]bool, now time.Time) {
 		if err := os.Remove(host); err != nil && !os.IsNotExist(err) {
 			continue // not empty yet
 		}
+		// Best effort: the agent drops the reservation of a removed
+		// directory itself, so an agent that is down now is no leak.
+		if err := p.release(dir); err != nil {
+			p.log.Info("freed allocation: the node agent did not take the release; it drops the reservation itself", "dir", host, "err", err)
+		}
 		for _, id := range readSlots(f) {
 			if !liveIDs[id] {
 				os.Remove(p.devInfoPath(id))

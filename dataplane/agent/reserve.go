@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -49,9 +51,41 @@ func (a *Agent) Reserve(_ context.Context, req *agentv1.ReserveRequest) (*agentv
 	return r.proto(), nil
 }
 
+// sweepAllocationsLocked drops the device plugin's reservations whose
+// allocation directory (under the socket root) is gone: the plugin removes
+// it when the kubelet frees the allocation, and its Release may never come
+// (the agent down at that moment, the node's pod being deleted). Called
+// before slots are counted or reserved, so nothing waits on a lost Release.
+func (a *Agent) sweepAllocationsLocked() {
+	if a.handing { // the successor owns the state file now
+		return
+	}
+	changed := false
+	for owner, r := range a.reservations {
+		dir, ok := strings.CutPrefix(owner, agentv1.OwnerAllocation)
+		if !ok || strings.Contains(dir, "/") || dir == "" || dir == "." || dir == ".." {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(a.cfg.SocketRoot, dir)); !os.IsNotExist(err) {
+			continue
+		}
+		a.releaseLocked(r)
+		a.log.Info("reservation dropped: its allocation directory is gone", "owner", owner, "slots", slotIDs(r.slots))
+		changed = true
+	}
+	if changed {
+		if err := a.saveLocked(); err != nil {
+			a.log.Warn("saving state after dropping reservations", "err", err)
+		}
+	}
+}
+
 // reserveLocked reserves, and saves the state file when save is set.
 func (a *Agent) reserveLocked(req *agentv1.ReserveRequest, save bool) (*reservation, error) {
 	owner := req.GetOwner()
+	if save {
+		a.sweepAllocationsLocked()
+	}
 	switch {
 	case !ownerRE.MatchString(owner):
 		return nil, status.Errorf(codes.InvalidArgument, "owner: %q must be 1..128 of [A-Za-z0-9/._-]", owner)
@@ -233,6 +267,7 @@ func (a *Agent) releaseLocked(r *reservation) {
 func (a *Agent) ListReservations(_ context.Context, req *agentv1.ListReservationsRequest) (*agentv1.ListReservationsResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.sweepAllocationsLocked()
 	out := &agentv1.ListReservationsResponse{}
 	for _, r := range a.reservations {
 		if req.GetPod() == "" || slices.Contains(r.pods, req.GetPod()) {

@@ -80,6 +80,9 @@ func TestReservations(t *testing.T) {
 	}
 	// The device plugin's allocation takes the other two; automatic
 	// placement then finds nothing free.
+	if err := os.Mkdir(filepath.Join(e.root, "dir-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	alloc, err := reserve(&agentv1.ReserveRequest{Owner: "alloc/dir-1", Count: 2, Pods: []string{"pod-3"}})
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +143,31 @@ func TestReservations(t *testing.T) {
 	}
 	if _, err := e2.create(e2.spec("auto", 2)); err != nil {
 		t.Errorf("a port on the released slots: %v", err)
+	}
+}
+
+// An allocation whose directory is gone loses its reservation without a
+// Release (the device plugin's came while the agent was down).
+func TestReservationOfGoneAllocation(t *testing.T) {
+	e2 := start(t, shortDir(t), []int{0, 1}, 2)
+	ctx := context.Background()
+	gone := filepath.Join(e2.root, "dir-2")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held, err := e2.client.Reserve(ctx, &agentv1.ReserveRequest{Owner: "alloc/dir-2", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.client.Reserve(ctx, &agentv1.ReserveRequest{Owner: "claim/uid-3", Slots: held.Slots}); code(err) != codes.FailedPrecondition {
+		t.Errorf("a claim on a live allocation's slot: %v, want FailedPrecondition", err)
+	}
+	os.Remove(gone)
+	if l, _ := e2.client.ListReservations(ctx, &agentv1.ListReservationsRequest{}); slices.ContainsFunc(l.GetReservations(), func(r *agentv1.Reservation) bool { return r.Owner == "alloc/dir-2" }) {
+		t.Errorf("alloc/dir-2 still listed after its directory went: %v", l)
+	}
+	if _, err := e2.client.Reserve(ctx, &agentv1.ReserveRequest{Owner: "claim/uid-3", Slots: held.Slots}); err != nil {
+		t.Errorf("a claim on the slot of an allocation whose directory went: %v", err)
 	}
 }
 

@@ -276,6 +276,7 @@ func (a *Agent) GetCapacity(context.Context, *agentv1.GetCapacityRequest) (*agen
 func (a *Agent) Capacity() *agentv1.Capacity {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.sweepAllocationsLocked()
 	c := &agentv1.Capacity{SlotsTotal: uint32(len(a.slots))}
 	var cur *agentv1.CPU
 	for _, s := range a.slots {

@@ -25,6 +25,9 @@ type slotJSON struct {
 	ID     string   `json:"id"`
 	PortID string   `json:"port_id"` // "": free
 	Pairs  []uint32 `json:"pairs"`
+	// ReservedBy: the device plugin's allocation ("alloc/<dir>") or DRA
+	// claim ("claim/<uid>") that holds the slot; "": none
+	ReservedBy string `json:"reserved_by,omitempty"`
 }
 
 func capacitySetup(*flag.FlagSet) runFunc {
@@ -39,7 +42,7 @@ func capacitySetup(*flag.FlagSet) runFunc {
 			for _, s := range cpu.GetSlots() {
 				pairs := append([]uint32{}, s.GetPairs()...)
 				sort.Slice(pairs, func(i, j int) bool { return pairs[i] < pairs[j] })
-				cj.Slots = append(cj.Slots, slotJSON{ID: s.GetId(), PortID: s.GetPortId(), Pairs: pairs})
+				cj.Slots = append(cj.Slots, slotJSON{ID: s.GetId(), PortID: s.GetPortId(), Pairs: pairs, ReservedBy: s.GetReservedBy()})
 			}
 			out.CPUs = append(out.CPUs, cj)
 		}
@@ -55,7 +58,10 @@ func capacitySetup(*flag.FlagSet) runFunc {
 			}
 			for _, s := range cpu.Slots {
 				port := s.PortID
-				if port == "" {
+				switch {
+				case port == "" && s.ReservedBy != "":
+					port = "(reserved by " + s.ReservedBy + ")"
+				case port == "":
 					port = "(free)"
 				}
 				t.row(fmt.Sprint(cpu.ID), fmt.Sprint(cpu.NumaNode), s.ID, port, joinInts(s.Pairs))

@@ -136,7 +136,8 @@ wait_for() {
 # exe_of NAME: the binary a recorded daemon must be running ("" = don't check)
 exe_of() {
     case $1 in
-        containerd | containerd-2 | etcd) command -v "${1%-2}" ;;
+        containerd | containerd-2) echo "$VMQC_CTRD_BIN/containerd" ;;
+        etcd) command -v etcd ;;
         watchdog) echo "" ;;
         *) echo "$VMQC_BIN/${1%-2}" ;;
     esac
@@ -260,6 +261,9 @@ state = "$state"
   # containerd's own (the kubelet asks -998 for sandboxes), so every sandbox
   # would fail with "can't get final child's PID from pipe: EOF"; clamp it
   restrict_oom_score_adj = true
+  # claims of DRA drivers reach containers as CDI devices (vhostmq-dra)
+  enable_cdi = true
+  cdi_spec_dirs = ["$VMQC_CDI_DIR"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -442,10 +446,10 @@ cmd_add_node() {
     chmod 600 "$VMQC_N2_DATA/kubeconfig"
     write_containerd_config "$VMQC_N2_DATA/containerd.toml" "$VMQC_N2_DATA/containerd" "$VMQC_N2_RUN/containerd" "$VMQC_N2_CTR_SOCK"
     write_kubelet_config "$VMQC_N2_DATA/kubelet.yaml" "$cg" "$VMQC_N2_CTR_SOCK" "$VMQC_LOGS/pods-node2"
-    start_proc2 containerd-2 containerd --config "$VMQC_N2_DATA/containerd.toml"
-    wait_for containerd-2 30 ctr -a "$VMQC_N2_CTR_SOCK" version
+    start_proc2 containerd-2 env PATH="$VMQC_CTRD_BIN:$PATH" "$VMQC_CTRD_BIN/containerd" --config "$VMQC_N2_DATA/containerd.toml"
+    wait_for containerd-2 30 "$VMQC_CTR" -a "$VMQC_N2_CTR_SOCK" version
     for p in "$VMQC_IMAGES"/*.tar; do
-        timeout 60 ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io images import "$p" >/dev/null || vmq_die "importing $p into $VMQC_NODE2's containerd"
+        vmqc_ctr_at "$VMQC_N2_CTR_SOCK" images import "$p" >/dev/null || vmq_die "importing $p into $VMQC_NODE2's containerd"
     done
     start_proc2 kubelet-2 "$VMQC_BIN/kubelet" --config "$VMQC_N2_DATA/kubelet.yaml" \
         --kubeconfig "$VMQC_N2_DATA/kubeconfig" --root-dir "$VMQC_KUBELET_ROOT" \
@@ -473,9 +477,9 @@ cmd_build() {
     t0=$(vmq_now); vmqc_install_deps; T_DEPS=$(vmqc_secs "$t0")
     command -v go >/dev/null || vmq_die "go is not installed"
     t1=$(vmq_now); vmqc_build_k8s; T_K8S=$(vmqc_secs "$t1")
-    t1=$(vmq_now); vmqc_build_tools; T_TOOLS=$(vmqc_secs "$t1")
+    t1=$(vmq_now); vmqc_build_tools; vmqc_build_containerd; T_TOOLS=$(vmqc_secs "$t1")
     t1=$(vmq_now); vmqc_base_images; T_IMAGES=$(vmqc_secs "$t1")
-    vmq_log "build: packages ${T_DEPS}s, kubernetes ${T_K8S}s, crictl+cnitool ${T_TOOLS}s, images ${T_IMAGES}s"
+    vmq_log "build: packages ${T_DEPS}s, kubernetes ${T_K8S}s, crictl+cnitool+containerd ${T_TOOLS}s, images ${T_IMAGES}s"
 }
 
 # EXIT trap of up: a failure takes down whatever was started
@@ -525,11 +529,13 @@ cmd_up() {
     echo "$cg" >"$VMQC_RUN/cgroup-root"
     make_cgroups "$cg"
     setup_cni
+    mkdir -p "$VMQC_CDI_DIR"
     write_containerd_config
     write_kubelet_config
 
-    start_proc containerd containerd --config "$VMQC_DATA/containerd.toml"
-    wait_for containerd 30 ctr -a "$VMQC_CTR_SOCK" version
+    start_proc containerd env PATH="$VMQC_CTRD_BIN:$PATH" "$VMQC_CTRD_BIN/containerd" --config "$VMQC_DATA/containerd.toml"
+    wait_for containerd 30 "$VMQC_CTR" -a "$VMQC_CTR_SOCK" version
+    vmq_log "containerd: $("$VMQC_CTR" -a "$VMQC_CTR_SOCK" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && /Version:/ { print $2; exit }'), runc: $(runc --version | head -1)"
     vmqc_import "$VMQC_IMAGES"/*.tar
 
     write_pki
@@ -590,6 +596,7 @@ export VHOSTMQ_CLUSTER_BIN=$VMQC_BIN
 export VHOSTMQ_CLUSTER_TOOLS=$VMQC_TOOLS
 export VHOSTMQ_CLUSTER_LOGS=$VMQC_LOGS
 export VHOSTMQ_CLUSTER_CTR_SOCK=$VMQC_CTR_SOCK
+export VHOSTMQ_CLUSTER_CDI_DIR=$VMQC_CDI_DIR
 export VHOSTMQ_CLUSTER_CGROUP_ROOT=$cg
 export CONTAINER_RUNTIME_ENDPOINT=unix://$VMQC_CTR_SOCK
 export CRI_CONFIG_FILE=$VMQC_RUN/crictl.yaml
@@ -601,7 +608,7 @@ EOF
         >"$VMQC_RUN/timings"
     trap - EXIT
     vmq_log "node $VMQC_NODE is Ready ($K8S_VERSION, netns $VMQC_NETNS); logs: $VMQC_LOGS"
-    echo "bring-up: packages ${T_DEPS}s, kubernetes build ${T_K8S}s, crictl+cnitool ${T_TOOLS}s, images ${T_IMAGES}s, node Ready ${T_NODE}s; total ${T_TOTAL}s"
+    echo "bring-up: packages ${T_DEPS}s, kubernetes build ${T_K8S}s, crictl+cnitool+containerd ${T_TOOLS}s, images ${T_IMAGES}s, node Ready ${T_NODE}s; total ${T_TOTAL}s"
     echo "try: $SELF exec -- kubectl get pods -A"
 }
 
@@ -626,8 +633,8 @@ stop_pods() {
             "$VMQC_TOOLS/crictl" -r "unix://$VMQC_N2_CTR_SOCK" rmp -af >/dev/null 2>&1 || true
     fi
     for ((i = 0; i < 60; i++)); do
-        if [[ -z $(ctr -a "$VMQC_CTR_SOCK" -n k8s.io tasks ls -q 2>/dev/null) ]] &&
-            { [[ ! -S $VMQC_N2_CTR_SOCK ]] || [[ -z $(ctr -a "$VMQC_N2_CTR_SOCK" -n k8s.io tasks ls -q 2>/dev/null) ]]; }; then
+        if [[ -z $(vmqc_ctr_at "$VMQC_CTR_SOCK" tasks ls -q 2>/dev/null) ]] &&
+            { [[ ! -S $VMQC_N2_CTR_SOCK ]] || [[ -z $(vmqc_ctr_at "$VMQC_N2_CTR_SOCK" tasks ls -q 2>/dev/null) ]]; }; then
             return 0
         fi
         sleep 1

@@ -32,6 +32,13 @@ VMQC_NETNS=${VHOSTMQ_CLUSTER_NETNS:-vhostmq-cluster}
 VMQC_K8S_COMPONENTS=(kubelet kube-apiserver kube-scheduler kube-controller-manager kubectl)
 VMQC_CRICTL_PKG=sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0
 VMQC_CNITOOL_PKG=github.com/containernetworking/cni/cnitool@v1.3.1
+# containerd 2 (Debian 12 has 1.6, which has no CDI: the DRA driver's claims
+# are CDI devices), built from the module proxy with its runc shim and ctr;
+# cluster.sh runs it with its folder first on PATH, so the shim is its own
+VMQC_CONTAINERD_VERSION=${VHOSTMQ_CONTAINERD_VERSION:-v2.4.2}
+VMQC_CTRD_BIN=$VMQC_CACHE/containerd/$VMQC_CONTAINERD_VERSION
+VMQC_CTR=$VMQC_CTRD_BIN/ctr
+VMQC_CDI_DIR=$VMQC_RUN/cdi        # the CDI spec folder the nodes' containerd reads
 
 VMQC_NODE=vhostmq-node
 VMQC_NODE_IP=192.0.2.1            # RFC 5737 TEST-NET-1, only inside the netns
@@ -61,7 +68,14 @@ vmqc_kubectl() {
     vmqc_in_ns env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
         "$VMQC_BIN/kubectl" --kubeconfig "$VMQC_KUBECONFIG" --request-timeout 20s "$@"
 }
-vmqc_ctr() { timeout 60 ctr -a "$VMQC_CTR_SOCK" -n k8s.io "$@"; }
+# vmqc_ctr_at SOCK ARGS...: our ctr on a node's containerd, without its
+# cgroup v1 deprecation warning on every call
+vmqc_ctr_at() {
+    local sock=$1
+    shift
+    timeout 60 "$VMQC_CTR" -a "$sock" -n k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
+}
+vmqc_ctr() { vmqc_ctr_at "$VMQC_CTR_SOCK" "$@"; }
 vmqc_is_up() { [[ -s $VMQC_RUN/env ]]; }
 vmqc_has_node2() { [[ -S $VMQC_N2_CTR_SOCK ]]; }
 # vmqc_in_node2 CMD...: run CMD in the second node's netns and mount namespace
@@ -154,11 +168,25 @@ vmqc_build_tools() {
     done
 }
 
+# vmqc_build_containerd: containerd, containerd-shim-runc-v2 and ctr of
+# VMQC_CONTAINERD_VERSION into $VMQC_CTRD_BIN, unless there (2-4 min cold)
+vmqc_build_containerd() {
+    local c t0 m=github.com/containerd/containerd/v2/cmd
+    for c in containerd containerd-shim-runc-v2 ctr; do [[ -x $VMQC_CTRD_BIN/$c ]] || break; done
+    [[ -x $VMQC_CTRD_BIN/$c ]] && return 0
+    t0=$(vmq_now)
+    mkdir -p "$VMQC_CTRD_BIN"
+    GOBIN=$VMQC_CTRD_BIN GOFLAGS=-trimpath timeout 1500 go install "$m/containerd@$VMQC_CONTAINERD_VERSION" \
+        "$m/containerd-shim-runc-v2@$VMQC_CONTAINERD_VERSION" "$m/ctr@$VMQC_CONTAINERD_VERSION" ||
+        vmq_die "go install containerd $VMQC_CONTAINERD_VERSION failed"
+    vmq_log "built containerd $VMQC_CONTAINERD_VERSION in $(vmqc_secs "$t0") s"
+}
+
 # ------------------------------------------------------------------ node packages
-# Debian 12: containerd 1.6 (with ctr), runc, etcd 3.4, the CNI plugins (in
+# Debian 12: runc, etcd 3.4, the CNI plugins (in
 # /usr/lib/cni), busybox-static (test image), gcc and libc6-dev (the static
 # pause binary), jq, curl, openssl, iproute2, util-linux (nsenter).
-VMQC_PKGS=(containerd runc etcd-server etcd-client containernetworking-plugins busybox-static
+VMQC_PKGS=(runc etcd-server etcd-client containernetworking-plugins busybox-static
     jq curl openssl iproute2 iptables util-linux gcc libc6-dev procps)
 vmqc_install_deps() {
     local p missing=()
@@ -271,14 +299,14 @@ vmqc_import() {
     fi
     for f in "$@"; do
         for s in "${socks[@]}"; do
-            timeout 60 ctr -a "$s" -n k8s.io images import "$f" >/dev/null || vmq_die "ctr images import $f (containerd $s) failed"
+            vmqc_ctr_at "$s" images import "$f" >/dev/null || vmq_die "ctr images import $f (containerd $s) failed"
         done
         ((${#socks[@]} > 1)) || continue
         while read -r m name; do
             [[ $name == */* && $m == sha256:* ]] || continue
             cfg=$(tar -xOf "$f" "blobs/sha256/${m#sha256:}" | jq -r .config.digest) || continue
             for s in "${socks[@]}"; do
-                timeout 60 ctr -a "$s" -n k8s.io images tag --force "$name" "${name%:*}@$cfg" >/dev/null ||
+                vmqc_ctr_at "$s" images tag --force "$name" "${name%:*}@$cfg" >/dev/null ||
                     vmq_die "ctr images tag $name ${name%:*}@$cfg (containerd $s) failed"
             done
         done < <(tar -xOf "$f" index.json | jq -r '.manifests[] | "\(.digest) \(.annotations["io.containerd.image.name"] // "")"')

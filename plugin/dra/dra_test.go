@@ -12,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -103,11 +104,28 @@ func (r *rig) reservations(t *testing.T, pod string) []*agentv1.Reservation {
 func TestPrepareUnprepare(t *testing.T) {
 	r := newRig(t)
 	c := claim("uid-1", "nic", "pod-1", "c0-s1", "c0-s2")
+	kube := fake.NewClientset(c.DeepCopy())
+	r.drv.cfg.Kube = kube
 	res := r.prepare(t, c)
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	const socket = "/var/run/vhostmq/nic/" + plugin.ClaimSocketName
+	// the claim's device status: Ready, with the socket and the slots
+	got, err := kube.ResourceV1().ResourceClaims("ns1").Get(context.Background(), c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Devices) != 2 {
+		t.Fatalf("status.devices %+v, want one per allocated device", got.Status.Devices)
+	}
+	for i, d := range got.Status.Devices {
+		var sd StatusData
+		if err := json.Unmarshal(d.Data.Raw, &sd); err != nil || sd.VhostUserPath != socket || !slices.Equal(sd.Slots, []string{"c0-s1", "c0-s2"}) ||
+			d.Device != []string{"c0-s1", "c0-s2"}[i] || len(d.Conditions) != 1 || d.Conditions[0].Type != "Ready" || d.Conditions[0].Status != metav1.ConditionTrue {
+			t.Errorf("status.devices[%d] %+v (data %s: %v)", i, d, d.Data.Raw, err)
+		}
+	}
 	if len(res.Devices) != 2 || res.Devices[0].DeviceName != "c0-s1" || res.Devices[1].PoolName != "node1" {
 		t.Fatalf("devices %+v", res.Devices)
 	}

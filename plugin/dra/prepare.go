@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
@@ -37,11 +38,12 @@ const (
 // Config configures the claim preparation.
 type Config struct {
 	Agent              agentv1.AgentClient
-	NodeName           string // the pool: one per node
-	SocketRoot         string // host directory of the claims' socket directories
-	ContainerSocketDir string // under which a container sees its claims' directories
-	CDIDir             string // where CDI spec files go (the runtime reads them)
-	MTU                int    // the ports' MTU, for the metadata; 0: not said
+	Kube               kubernetes.Interface // the claims' status is written through it; nil: not written
+	NodeName           string               // the pool: one per node
+	SocketRoot         string               // host directory of the claims' socket directories
+	ContainerSocketDir string               // under which a container sees its claims' directories
+	CDIDir             string               // where CDI spec files go (the runtime reads them)
+	MTU                int                  // the ports' MTU, for the metadata; 0: not said
 	SocketUID          int
 	SocketGID          int
 	SocketMode         os.FileMode
@@ -155,12 +157,23 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 		err = fmt.Errorf("claim %s/%s: its record for the CNI plugin: %w", c.Namespace, c.Name, err)
 		return nil, errors.Join(err, d.unprepare(ctx, kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}, UID: c.UID}))
 	}
-	attrs := map[string]resourceapi.DeviceAttribute{AttrVhostUserPath: {StringValue: ptr.To(socket)}}
-	if d.cfg.MTU > 0 {
-		attrs[AttrMTU] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.cfg.MTU))}
+	// A claim whose status cannot be written is still prepared (the pod
+	// needs only the files): logged, and written again on the next prepare.
+	sd := StatusData{VhostUserPath: socket, Mode: "server", Slots: res.GetSlots(), MTU: d.cfg.MTU}
+	if err := d.publishStatus(ctx, c, results, sd); err != nil {
+		d.log.Warn("claim prepared, but its device status was not written", "claim", c.Namespace+"/"+c.Name, "err", err)
 	}
 	devices := make([]kubeletplugin.Device, 0, len(results))
 	for i, r := range results {
+		// the slice's attributes of the device, and the socket
+		attrs := map[string]resourceapi.DeviceAttribute{
+			AttrVhostUserPath: {StringValue: ptr.To(socket)},
+			AttrSlot:          {StringValue: ptr.To(r.Device)},
+			AttrNUMANode:      {IntValue: ptr.To(int64(res.GetNumaNode()))},
+		}
+		if d.cfg.MTU > 0 {
+			attrs[AttrMTU] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.cfg.MTU))}
+		}
 		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
 			Metadata: &kubeletplugin.DeviceMetadata{Attributes: attrs}}
 		if i == 0 { // one mount per claim, however many slots it has

@@ -7,7 +7,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
@@ -17,7 +18,6 @@ import (
 // RunConfig adds what the kubelet plugin needs to the driver's Config.
 type RunConfig struct {
 	Config
-	Kube         kubernetes.Interface
 	KubeletDir   string        // the kubelet's root: plugins/ and plugins_registry/ are under it
 	PollCapacity time.Duration // how often the slice is checked against the agent; default 10 s
 }
@@ -43,7 +43,9 @@ func Run(ctx context.Context, rc RunConfig) error {
 		kubeletplugin.PluginDataDirectoryPath(rc.KubeletDir+"/plugins/"+DriverName),
 		kubeletplugin.RegistrarDirectoryPath(rc.KubeletDir+"/plugins_registry"),
 		kubeletplugin.CDIDirectory(rc.CDIDir),
-		kubeletplugin.EnableDeviceMetadata(true, nil),
+		// the metadata file's newest version (the only one so far); a
+		// consumer picks the first version it knows from the file's stream
+		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 	)
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin: %w", err)

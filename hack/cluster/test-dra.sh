@@ -1,0 +1,458 @@
+#!/usr/bin/env bash
+# Queue pairs through Dynamic Resource Allocation on the real one-node
+# cluster (hack/cluster/cluster.sh: Kubernetes v1.37, containerd 2 with CDI),
+# beside the device plugin, the way a user installs it: the Helm chart with
+# dra.enabled and devicePlugin.enabled, the CNI called by multus-lite (the
+# Multus stand-in of test-cni.sh).
+#
+# Feature gates: none. What this uses is on by default in v1.37:
+# DynamicResourceAllocation (GA 1.34), DRAResourceClaimDeviceStatus (GA
+# 1.37), DRAResourceClaimGranularStatusAuthorization (beta 1.36). The device
+# metadata file (KEP-5304) is the driver's (kubeletplugin), needing no gate.
+#
+# Each check printed as ok/FAIL with its time:
+#   (a) helm install: the DaemonSet (dataplane, device plugin, DRA driver)
+#       Ready; the DeviceClass; a ResourceSlice of 8 devices; allocatable 8
+#   (b) a device-plugin pod dp-c (2 queue pairs) Running: the agent holds its
+#       slots for its allocation, and the slice drops them (6 devices)
+#   (c) pods dra-a and dra-b with ResourceClaimTemplates of 4 and 2 queue
+#       pairs on the NAD vhu-dra (no resourceName: the CNI finds the claim)
+#       Running; each one's port has exactly its claim's allocated devices
+#       as slots; the claim's status.devices say Ready with the socket; the
+#       device-plugin side shrinks (allocatable 2); no slot is held twice
+#       (from the agent)
+#   (d) in each pod QEMU reads the socket from the claim's metadata file
+#       (/var/run/kubernetes.io/dra-device-attributes/...) and the queue
+#       count from VHOSTMQ_QUEUE_SLOTS (CDI env); the guests report 4 and 2
+#       queues and ping each other
+#   (e) a claim for one more slot (dra-x) and a device-plugin pod for one
+#       more (dp-y) stay Pending with the scheduler's reasons
+#   (f) the DRA driver's container restarted, then the kubelet restarted:
+#       the claims stay prepared (same reservations, pods Running, guests
+#       still pinging, slice unchanged)
+#   (g) dra-b deleted: its claim is unprepared (reservation, socket
+#       directory, CDI spec and metadata gone); dp-y deleted, dra-x then
+#       runs on the freed capacity with its one slot
+#   (h) everything deleted: 8 devices in the slice, allocatable 8, no
+#       reservation, nothing left in /var/run/vhostmq but api.sock, no CDI
+#       spec of ours
+# Ends with claim-to-Running times beside the device-plugin pod's and
+# "N passed, N failed"; exits non-zero if anything failed.
+#
+# Usage: hack/cluster/test-dra.sh [--keep]
+# Environment: VHOSTMQ_TEST_BIN_DIR (as test-cni.sh), VHOSTMQ_TEST_DRA_DIR
+# (default /run/vhostmq-test-dra), VHOSTMQ_TEST_GUEST_TIMEOUT=150
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=test-dra
+
+KEEP=0
+case ${1:-} in
+    --keep) KEEP=1 ;;
+    "") ;;
+    -h | --help) vmq_usage "$0"; exit 0 ;;
+    *) vmq_die "unknown argument $1 (see --help)" ;;
+esac
+RES=vhostmq.io/queue-pairs
+DRIVER=queues.vhostmq.io
+NS=vhostmq-system
+SOCK_DIR=/var/run/vhostmq
+API_SOCK=/run/vhostmq/api.sock
+TDIR=${VHOSTMQ_TEST_DRA_DIR:-/run/vhostmq-test-dra}
+GUEST_TIMEOUT=${VHOSTMQ_TEST_GUEST_TIMEOUT:-150}
+MLOG=$VMQC_LOGS/multus-lite-dra.log
+HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
+RELEASE=vhostmq
+declare -A MACS=([dra-a]=52:54:00:d4:a0:0a [dra-b]=52:54:00:d4:a0:0b)
+declare -A T_RUN=() SLOTS=() CLAIM=()
+passed=0 failed=0 we_started=0 t_test=$(vmq_now)
+work=$(mktemp -d)
+
+k() { vmqc_kubectl "$@"; }
+h() { vmqc_in_ns env HELM_CACHE_HOME="$VMQC_RUN/helm/cache" HELM_CONFIG_HOME="$VMQC_RUN/helm/config" \
+    HELM_DATA_HOME="$VMQC_RUN/helm/data" "$HELM" --kubeconfig "$VMQC_KUBECONFIG" "$@"; }
+ctl() { timeout 20 "$bins/vhostmqctl" --socket "$API_SOCK" "$@"; }
+step_t0=$(vmq_now)
+step() { step_t0=$(vmq_now); echo "--- $*"; }
+pass() { printf 'ok   %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; passed=$((passed + 1)); }
+fail() { printf 'FAIL %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; failed=$((failed + 1)); }
+check() {
+    local what=$1
+    shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+
+delete_ours() {
+    k delete pod -l app=vhostmq-dra-test --ignore-not-found --grace-period 5 --wait=true --timeout 90s >/dev/null 2>&1 || true
+    k delete resourceclaimtemplates.resource.k8s.io qp4 qp2 qp1 --ignore-not-found >/dev/null 2>&1 || true
+    k delete network-attachment-definitions.k8s.cni.cncf.io vhu-dra --ignore-not-found >/dev/null 2>&1 || true
+}
+
+diagnostics() {
+    local f=$VMQC_LOGS/test-dra-diagnostics.txt
+    {
+        echo "=== pods"; k get pods -A -o wide
+        echo "=== events"; k get events -A --sort-by .lastTimestamp | tail -n 50
+        echo "=== claims"; k get resourceclaims -A -o yaml
+        echo "=== slices"; k get resourceslices -o yaml
+        echo "=== capacity"; ctl -o json capacity
+        echo "=== ports"; ctl -o wide port list
+        echo "=== multus-lite log"; tail -n 40 "$MLOG"
+        for c in dataplane deviceplugin dra; do echo "=== $c log"; k -n "$NS" logs ds/$RELEASE -c "$c" --tail 60; done
+        for p in dra-a dra-b; do echo "=== $p log"; k logs "$p" --tail 20; echo "=== $p serial"; tail -n 25 "$TDIR/guests/serial-$p.log"; done
+        echo "=== kubelet DRA lines"; grep -iE 'dra|claim' "$VMQC_LOGS/kubelet.log" | tail -n 40 | cut -c1-400
+        echo "=== folders"; find "$SOCK_DIR" "$VMQC_CDI_DIR" -maxdepth 2 -ls
+    } >"$f" 2>&1
+    echo "diagnostics: $f"
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    if ((failed > 0 || rc != 0)) && vmqc_is_up; then diagnostics; fi
+    if ((KEEP)); then
+        vmq_log "--keep: leaving the cluster and the release up"
+    elif ((we_started)); then
+        "$HERE/cluster.sh" down
+        rm -rf "$TDIR"
+    elif vmqc_is_up; then
+        delete_ours
+        h uninstall "$RELEASE" --namespace "$NS" --wait --timeout 2m >/dev/null 2>&1
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------------ binaries
+vmq_need_root
+for c in qemu-system-x86_64 jq; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+[[ -x $HELM ]] || "$HERE/../manifests.sh" >/dev/null
+bins=$work/bin
+mkdir -p "$bins"
+if [[ -n ${VHOSTMQ_TEST_BIN_DIR:-} ]]; then
+    cp "$VHOSTMQ_TEST_BIN_DIR"/vhostmq* "$VHOSTMQ_TEST_BIN_DIR"/multus-lite "$bins/"
+else
+    (cd "$VMQ_REPO_ROOT" && CGO_ENABLED=0 timeout 900 go build -trimpath -o "$bins/" ./cmd/... ./hack/cluster/multus-lite) ||
+        vmq_die "go build failed"
+fi
+IMAGE_BINS=()
+for b in vhostmq-dataplane vhostmq-deviceplugin vhostmq-dra vhostmqctl vhostmq-cni vhostmq-install-cni multus-lite; do
+    [[ -x $bins/$b ]] || vmq_die "$b was not built"
+    vmqc_check_static "$bins/$b"
+    [[ $b == multus-lite ]] || IMAGE_BINS+=("$bins/$b")
+done
+vmq_build_guest
+vmq_guest_env
+[[ -n ${GUEST_VMLINUX:-} && -f $GUEST_VMLINUX ]] || vmq_die "the guest image has no vmlinux (hack/guest/build.sh)"
+
+# ------------------------------------------------------------------ cluster
+if vmqc_is_up; then
+    vmq_log "using the cluster that is up"
+    grep -qs "\"clusterNetwork\": \"$TDIR/default.conflist\"" "$VMQC_RUN/cni/net.d/00-multus-lite.conflist" ||
+        vmq_die "the cluster that is up does not run multus-lite from $TDIR; take it down ($HERE/cluster.sh down) and run this test again"
+else
+    rm -rf "$TDIR"
+    mkdir -p "$TDIR/bin" "$TDIR/guests"
+    cp "$bins/multus-lite" "$TDIR/bin/"
+    vmqc_multus_lite_conflists "$TDIR" "$MLOG"
+    we_started=1
+    # the chart's install-cni puts vhostmq-cni into the node's CNI folder
+    VHOSTMQ_CLUSTER_CNI_CONFLIST=$TDIR/00-multus-lite.conflist \
+        VHOSTMQ_CLUSTER_CNI_PLUGINS="$TDIR/bin/multus-lite" "$HERE/cluster.sh" up
+fi
+BRINGUP=$(cat "$VMQC_RUN/timings")
+echo "--- node: kubelet $("$VMQC_BIN/kubelet" --version | cut -d' ' -f2), containerd $("$VMQC_CTR" -a "$VMQC_CTR_SOCK" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && /Version:/ { print $2; exit }') (CDI specs: $VMQC_CDI_DIR), CNI multus-lite (a Multus stand-in, NOT Multus)"
+delete_ours
+"$HERE/images.sh" --bundle localhost/vhostmq:dev "${IMAGE_BINS[@]}"
+vmqc_ctr images ls -q | grep -x "$VMQC_BUSYBOX_IMAGE" >/dev/null || vmqc_import "$VMQC_IMAGES/busybox.tar"
+
+# ------------------------------------------------------------------ (a)
+step "(a) helm install with devicePlugin.enabled and dra.enabled"
+k apply -f "$HERE/manifests/nad-crd.yaml" >/dev/null
+k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
+if h install "$RELEASE" "$VMQ_REPO_ROOT/charts/vhostmq" --namespace "$NS" --create-namespace --wait --timeout 3m \
+    --set dra.enabled=true --set devicePlugin.enabled=true --set "dra.cdiDir=$VMQC_CDI_DIR" \
+    --set webhook.enabled=false --set "dataplane.cpus={0,1}" \
+    --set "paths.cniBinDir=$VMQC_RUN/cni/bin" --set "paths.cniConfDir=$VMQC_RUN/cni/net.d" >"$work/helm.log" 2>&1; then
+    pass "helm install --wait: $(grep -m1 '^STATUS' "$work/helm.log")"
+else
+    fail "helm install"
+    sed 's/^/    /' "$work/helm.log" | tail -n 20
+    exit 1
+fi
+check "(a) the pod runs dataplane, deviceplugin and dra" \
+    test "$(k -n "$NS" get pods -l app.kubernetes.io/name=vhostmq -o jsonpath='{.items[0].spec.containers[*].name}' | tr ' ' '\n' | grep -cxE 'dataplane|deviceplugin|dra')" = 3
+check "(a) DeviceClass $DRIVER" k get deviceclasses.resource.k8s.io "$DRIVER" -o name
+slice() { k get resourceslices -o json | jq -c --arg d "$DRIVER" --arg n "$VMQC_NODE" '[.items[] | select(.spec.driver == $d and .spec.nodeName == $n) | .spec.devices[]]'; }
+slice_n() { [[ $(slice | jq length) == "$1" ]]; }
+alloc_n() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
+check "(a) ResourceSlice of $DRIVER on $VMQC_NODE: 8 devices" vmqc_poll 60 0.5 slice_n 8
+echo "    devices: $(slice | jq -r '[.[] | "\(.name)(cpu \(.attributes.cpu.int), numa \(.attributes.numaNode.int))"] | join(" ")')"
+check "(a) node allocatable $RES = 8" vmqc_poll 60 0.5 alloc_n 8
+# the chart's NAD (resourceName: the device plugin's) as DRA pods' NAD: the
+# same config without the annotation, so the CNI looks for a claim
+k get network-attachment-definitions.k8s.cni.cncf.io -n default vhu-net -o json |
+    jq '{apiVersion, kind, metadata: {name: "vhu-dra", namespace: "default"}, spec}' | k apply -f - >/dev/null
+check "(a) NAD vhu-dra (the chart's vhu-net config, no resourceName)" k get network-attachment-definitions.k8s.cni.cncf.io vhu-dra -o name
+
+# capacity from the agent: "slot owner" lines
+held() { ctl -o json capacity | jq -r '.cpus[].slots[] | select(.reserved_by != null) | "\(.id) \(.reserved_by)"' | sort; }
+held_by() { held | awk -v o="$1" '$2 == o { print $1 }' | sort | paste -sd,; }
+sorted_csv() { tr ',' '\n' <<<"$1" | sed '/^$/d' | sort | paste -sd,; }
+running() { [[ $(k get pod "$1" -o jsonpath='{.status.phase}') == Running ]]; }
+pod_env() { k exec "$1" -- /bin/sh -c "echo \$$2" 2>/dev/null; }
+
+# ------------------------------------------------------------------ (b)
+step "(b) device-plugin pod dp-c, 2 queue pairs"
+plain_pod() { # NAME CLAIM_TEMPLATE|- DP_COUNT|-
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default, labels: {app: vhostmq-dra-test}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+$([[ $2 != - ]] && printf '  resourceClaims: [{name: nic, resourceClaimTemplateName: %s}]\n' "$2")
+  containers:
+    - name: c
+      image: $VMQC_BUSYBOX_IMAGE
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+$([[ $2 != - ]] && echo '      resources: {claims: [{name: nic}]}')
+$([[ $3 != - ]] && printf '      resources: {limits: {%s: %s}}\n' "$RES" "$3")
+EOF
+}
+t0=$(vmq_now)
+plain_pod dp-c - 2 | k create -f - >/dev/null
+if vmqc_poll 60 0.2 running dp-c; then T_RUN[dp-c]=$(vmqc_secs "$t0"); pass "(b) dp-c Running (${T_RUN[dp-c]} s after create)"; else fail "(b) dp-c Running"; fi
+SLOTS[dp-c]=$(sorted_csv "$(pod_env dp-c VHOSTMQ_QUEUE_SLOTS)")
+dp_owner=$(held | awk '$2 ~ /^alloc\// { print $2; exit }')
+check "(b) the agent holds dp-c's slots ${SLOTS[dp-c]:-?} for its allocation (${dp_owner:-none})" \
+    test "$(held_by "${dp_owner:-none}")" = "${SLOTS[dp-c]:-?}"
+check "(b) the slice drops them: 6 devices, none of dp-c's" vmqc_poll 30 0.5 slice_n 6
+check "(b) no slice device is one of dp-c's" test -z "$(slice | jq -r '.[].name' | grep -xF -f <(tr ',' '\n' <<<"${SLOTS[dp-c]:-x}"))"
+
+# ------------------------------------------------------------------ (c)
+step "(c) pods with claims for 4 and 2 queue pairs (ResourceClaimTemplates)"
+for n in 4 2 1; do
+    k apply -f - >/dev/null <<EOF
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: qp$n, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: queues
+          exactly: {deviceClassName: $DRIVER, allocationMode: ExactCount, count: $n}
+      constraints:
+        - {requests: [queues], matchAttribute: $DRIVER/numaNode}
+EOF
+done
+# the virt-launcher stand-in: QEMU on the socket the claim's metadata file
+# names, as many queues as the claim's slots (CDI env)
+cat >"$TDIR/guests/launch.sh" <<'EOF'
+#!/bin/sh
+PATH=/bin:/usr/bin
+md=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/queues/queues.vhostmq.io-metadata.json
+i=0
+until [ -s "$md" ]; do
+    i=$((i + 1))
+    [ $i -le 300 ] || { echo "launch: no metadata file $md"; exit 1; }
+    sleep 0.1
+done
+sock=$(jq -rn 'first(inputs) | .requests[0].devices[0].attributes["vhost-user-path"].string' <"$md")
+q=$(echo "$VHOSTMQ_QUEUE_SLOTS" | tr ',' '\n' | grep -c .)
+echo "launch: metadata $(jq -cn 'first(inputs) | {apiVersion, podClaimName, devices: [.requests[].devices[] | {name, attributes}]}' <"$md")"
+echo "launch: socket=$sock queues=$q slots=$VHOSTMQ_QUEUE_SLOTS env VHOSTMQ_SOCKET=$VHOSTMQ_SOCKET mac=$MAC"
+/usr/bin/qemu-system-x86_64 -accel tcg -machine q35 -m 256 -smp 1 \
+    -nodefaults -display none -monitor none -no-reboot \
+    -object memory-backend-memfd,id=mem0,size=256M,share=on -numa node,memdev=mem0 \
+    -kernel /guest/vmlinux -initrd /guest/initramfs.cpio.gz \
+    -append "console=ttyS0 panic=-1 loglevel=4 vmq.queues=$q $GUEST_ARGS" \
+    -chardev "socket,id=c0,path=$sock,server=on,wait=off" \
+    -netdev "vhost-user,id=n0,chardev=c0,queues=$q" \
+    -device "virtio-net-pci,netdev=n0,mac=$MAC,mq=on,vectors=0" \
+    -serial "file:/out/serial-$GUEST_NAME.log" &
+pid=$!
+trap 'kill -TERM $pid; wait $pid; exit 0' TERM
+wait $pid
+echo "launch: QEMU exited: $?"
+EOF
+chmod 0755 "$TDIR/guests/launch.sh"
+chown 107:107 "$TDIR/guests"
+rm -f "$TDIR"/guests/serial-*.log
+vm_pod() { # NAME TEMPLATE GUEST_ARGS
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: default
+  labels: {app: vhostmq-dra-test}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '[{"name":"vhu-dra","interface":"net1","mac":"${MACS[$1]}"}]'
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 10
+  automountServiceAccountToken: false
+  securityContext: {runAsUser: 107, runAsGroup: 107}
+  resourceClaims: [{name: nic, resourceClaimTemplateName: $2}]
+  containers:
+    - name: qemu
+      image: $VMQC_BUSYBOX_IMAGE
+      imagePullPolicy: Never
+      command: ["/bin/sh", "/out/launch.sh"]
+      env:
+        - {name: GUEST_NAME, value: $1}
+        - {name: MAC, value: "${MACS[$1]}"}
+        - {name: GUEST_ARGS, value: "vmq.name=$1 $3 vmq.role=pinger vmq.duration=600 vmq.interval=0.5"}
+      resources: {claims: [{name: nic}]}
+      volumeMounts:
+        - {name: usr, mountPath: /usr, readOnly: true}
+        - {name: lib, mountPath: /lib, readOnly: true}
+        - {name: lib64, mountPath: /lib64, readOnly: true}
+        - {name: guest, mountPath: /guest, readOnly: true}
+        - {name: out, mountPath: /out}
+  volumes:
+    - {name: usr, hostPath: {path: /usr, type: Directory}}
+    - {name: lib, hostPath: {path: /lib}}
+    - {name: lib64, hostPath: {path: /lib64}}
+    - {name: guest, hostPath: {path: $(dirname "$GUEST_VMLINUX"), type: Directory}}
+    - {name: out, hostPath: {path: $TDIR/guests, type: Directory}}
+EOF
+}
+t0=$(vmq_now)
+vm_pod dra-a qp4 'vmq.ip=10.0.1.1/24 vmq.peer=10.0.1.2' | k create -f - >/dev/null
+vm_pod dra-b qp2 'vmq.ip=10.0.1.2/24 vmq.peer=10.0.1.1' | k create -f - >/dev/null
+for p in dra-a dra-b; do
+    if vmqc_poll 120 0.2 running "$p"; then T_RUN[$p]=$(vmqc_secs "$t0"); pass "(c) $p Running (${T_RUN[$p]} s after create)"; else fail "(c) $p Running"; fi
+done
+claim_of() { k get pod "$1" -o json | jq -r '.status.resourceClaimStatuses[]? | select(.name == "nic") | .resourceClaimName'; }
+ports_of() { ctl -o json port list | jq -c --arg p "$1" '.ports[] | select(.labels["k8s.pod.name"] == $p)'; }
+declare -A WANT=([dra-a]=4 [dra-b]=2)
+for p in dra-a dra-b; do
+    CLAIM[$p]=$(claim_of "$p")
+    cj=$(k get resourceclaims.resource.k8s.io "${CLAIM[$p]:-none}" -o json 2>/dev/null || echo '{}')
+    devs=$(jq -r --arg d "$DRIVER" '[.status.allocation.devices.results[]? | select(.driver == $d) | .device] | sort | join(",")' <<<"$cj")
+    uid=$(jq -r '.metadata.uid' <<<"$cj")
+    SLOTS[$p]=$(sorted_csv "$(pod_env "$p" VHOSTMQ_QUEUE_SLOTS)")
+    port=$(ports_of "$p" || true)
+    echo "    $p: claim ${CLAIM[$p]:-?} allocated $devs; VHOSTMQ_QUEUE_SLOTS ${SLOTS[$p]}; port $(jq -c '{id, queue_pairs, slots, socket, mac}' <<<"${port:-null}")"
+    check "(c) $p: its claim has ${WANT[$p]} devices of $DRIVER on one NUMA node" \
+        test "$(jq -r --arg d "$DRIVER" '[.status.allocation.devices.results[] | select(.driver == $d)] | length' <<<"$cj")" = "${WANT[$p]}"
+    check "(c) $p: VHOSTMQ_QUEUE_SLOTS = the claim's devices" test "${SLOTS[$p]}" = "$devs"
+    check "(c) $p: the agent holds them for claim/$uid" test "$(held_by "claim/$uid")" = "$devs"
+    check "(c) $p: one port, ${WANT[$p]} queue pairs on exactly those slots" \
+        test "$(jq -s -r '"\(length) \(.[0].queue_pairs) \(.[0].slots | sort | join(","))"' <<<"$port")" = "1 ${WANT[$p]} $devs"
+    check "(c) $p: port socket in the claim's directory (claim-<hash>/vhost-user.sock)" \
+        bash -c "[[ \$(jq -r .socket <<<'$port') == $SOCK_DIR/claim-*/vhost-user.sock ]]"
+    st=$(jq -c --arg d "$DRIVER" '[.status.devices[]? | select(.driver == $d)]' <<<"$cj")
+    echo "    $p claim status.devices[0]: $(jq -c '.[0] | {device, data, conditions: [.conditions[] | {type, status, reason}]}' <<<"$st")"
+    check "(c) $p: claim status.devices: ${WANT[$p]} Ready entries naming /var/run/vhostmq/nic/vhost-user.sock" \
+        test "$(jq -r '[.[] | select(.conditions[0].type == "Ready" and .conditions[0].status == "True" and .data.vhostUserPath == "/var/run/vhostmq/nic/vhost-user.sock")] | length' <<<"$st")" = "${WANT[$p]}"
+done
+check "(c) device-plugin side shrinks: allocatable $RES = 2 (6 slots held by claims)" vmqc_poll 30 0.5 alloc_n 2
+all_held=$(held | awk '{ print $1 }' | sort | paste -sd,)
+check "(c) from the agent: 8 slots held, each once (dp-c 2, dra-a 4, dra-b 2), none shared" \
+    test "$(held | awk '{ print $1 }' | sort -u | wc -l) $(held | wc -l) $(sorted_csv "${SLOTS[dp-c]},${SLOTS[dra-a]},${SLOTS[dra-b]}")" = "8 8 $all_held"
+held | sed 's/^/    /'
+
+# ------------------------------------------------------------------ (d)
+step "(d) QEMU in each pod on the socket from the metadata file; guests ping each other"
+serial() { echo "$TDIR/guests/serial-$1.log"; }
+qemu_on() { k logs "$1" 2>/dev/null | grep -F "launch: socket=/var/run/vhostmq/nic/vhost-user.sock queues=$2 " >/dev/null; }
+for p in dra-a dra-b; do
+    check "(d) $p: QEMU on /var/run/vhostmq/nic/vhost-user.sock (metadata file), ${WANT[$p]} queues" \
+        vmqc_poll 30 0.5 qemu_on "$p" "${WANT[$p]}"
+done
+k logs dra-a 2>/dev/null | sed 's/^/    dra-a: /' | cut -c1-400
+for p in dra-a dra-b; do
+    if vmq_wait_log "$(serial "$p")" '^VHOSTMQ-RESULT link ' "$GUEST_TIMEOUT"; then
+        q="$(vmq_result "$(serial "$p")" queues rx)/$(vmq_result "$(serial "$p")" queues tx)"
+        check "(d) guest $p: ${WANT[$p]} rx + ${WANT[$p]} tx queues, link up" test "$q $(vmq_result "$(serial "$p")" link state)" = "${WANT[$p]}/${WANT[$p]} up"
+    else
+        fail "(d) guest $p booted within $GUEST_TIMEOUT s"
+    fi
+done
+pings() { vmq_count_log "$(serial "$1")" '^VHOSTMQ-PING ok'; }
+five_more() { (($(pings dra-a) >= $1 + 5 && $(pings dra-b) >= $2 + 5)); }
+check "(d) the guests ping each other (5 replies each way)" vmqc_poll "$GUEST_TIMEOUT" 0.5 five_more 0 0
+
+# ------------------------------------------------------------------ (e)
+step "(e) above the free capacity: a claim and a device-plugin pod stay Pending"
+plain_pod dra-x qp1 - | k create -f - >/dev/null
+plain_pod dp-y - 1 | k create -f - >/dev/null
+sched_msg() { k get events -n default --field-selector "involvedObject.name=$1,reason=FailedScheduling" -o json | jq -r '[.items[].message] | last // ""'; }
+has_msg() { [[ $(sched_msg "$1") == *"$2"* ]]; }
+check "(e) dra-x Pending: FailedScheduling says the claim cannot be allocated" vmqc_poll 60 0.5 has_msg dra-x "cannot allocate all claims"
+echo "    dra-x: $(sched_msg dra-x)"
+check "(e) dp-y Pending: FailedScheduling says Insufficient $RES" vmqc_poll 60 0.5 has_msg dp-y "Insufficient $RES"
+echo "    dp-y: $(sched_msg dp-y)"
+check "(e) both still Pending" test "$(k get pod dra-x dp-y -o jsonpath='{.items[*].status.phase}')" = "Pending Pending"
+
+# ------------------------------------------------------------------ (f)
+step "(f) the DRA driver restarted, then the kubelet: prepared claims stay"
+before=$(held)
+slice_before=$(slice | jq -c '[.[].name] | sort')
+dra_cid=$(k -n "$NS" get pods -l app.kubernetes.io/name=vhostmq -o json | jq -r '.items[0].status.containerStatuses[] | select(.name == "dra") | .containerID | sub("containerd://"; "")')
+dra_pid=$(vmqc_ctr tasks ls | awk -v id="$dra_cid" '$1 == id { print $2 }')
+kill -TERM "${dra_pid:-0}" 2>/dev/null || fail "(f) no DRA driver process (container ${dra_cid:-?})"
+restarts() { k -n "$NS" get pods -l app.kubernetes.io/name=vhostmq -o json | jq -r '.items[0].status.containerStatuses[] | select(.name == "dra") | "\(.restartCount) \(.ready)"'; }
+restarted() { read -r n ready < <(restarts) && ((n >= 1)) && [[ $ready == true ]]; }
+check "(f) the dra container restarted (pid ${dra_pid:-?} killed) and is ready again" vmqc_poll 90 0.5 restarted
+echo "    dra container: restarts/ready $(restarts)"
+check "(f) after the driver's restart: reservations and slice unchanged" test "$(held) $(slice | jq -c '[.[].name] | sort')" = "$before $slice_before"
+n_a=$(pings dra-a) n_b=$(pings dra-b)
+"$HERE/cluster.sh" restart-kubelet >/dev/null
+node_ready() { [[ $(k get node "$VMQC_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
+check "(f) node Ready after the kubelet restart" vmqc_poll 60 0.5 node_ready
+check "(f) reservations unchanged" test "$(held)" = "$before"
+slice_same() { [[ $(slice | jq -c '[.[].name] | sort') == "$slice_before" ]]; }
+check "(f) the slice unchanged" vmqc_poll 30 0.5 slice_same
+check "(f) dra-a, dra-b, dp-c still Running" test "$(k get pod dra-a dra-b dp-c -o jsonpath='{.items[*].status.phase}')" = "Running Running Running"
+check "(f) the guests go on pinging each other (5 more replies each way)" vmqc_poll 60 0.5 five_more "$n_a" "$n_b"
+
+# ------------------------------------------------------------------ (g)
+step "(g) dra-b deleted: its claim is unprepared; dp-y deleted: dra-x runs"
+uid_b=$(k get resourceclaims.resource.k8s.io "${CLAIM[dra-b]:-none}" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
+k delete pod dra-b --wait=true --timeout 60s >/dev/null
+k delete pod dp-y --wait=true --timeout 30s >/dev/null
+no_claim_b() { [[ -z $(held_by "claim/$uid_b") ]]; }
+check "(g) the agent released claim/$uid_b" vmqc_poll 60 0.5 no_claim_b
+files_of() { find "$VMQC_CDI_DIR" "$SOCK_DIR" "/var/lib/kubelet/plugins/$DRIVER" -name "*$1*" 2>/dev/null; }
+no_files_of() { [[ -z $(files_of "$1") ]]; }
+check "(g) its CDI specs and metadata files are gone" vmqc_poll 30 0.5 no_files_of "${uid_b:-none}"
+no_record_of() { ! grep -qs "$1" "$SOCK_DIR"/.claim-*.json; }
+check "(g) its record for the CNI is gone" vmqc_poll 30 0.5 no_record_of "${uid_b:-none}"
+t0=$(vmq_now)
+if vmqc_poll 90 0.5 running dra-x; then T_RUN[dra-x]=$(vmqc_secs "$t0"); pass "(g) dra-x Running once capacity was freed (${T_RUN[dra-x]} s)"; else fail "(g) dra-x Running once capacity was freed"; fi
+SLOTS[dra-x]=$(pod_env dra-x VHOSTMQ_QUEUE_SLOTS)
+check "(g) dra-x: one slot (${SLOTS[dra-x]:-none}), held for its claim, its socket directory mounted" \
+    test "$(tr ',' '\n' <<<"${SLOTS[dra-x]}" | grep -c .) $(k exec dra-x -- /bin/sh -c 'test -d /var/run/vhostmq/nic && echo dir')" = "1 dir"
+
+# ------------------------------------------------------------------ (h)
+step "(h) everything deleted: all capacity back, nothing left"
+delete_ours
+check "(h) the slice has 8 devices again" vmqc_poll 60 0.5 slice_n 8
+check "(h) node allocatable $RES = 8" vmqc_poll 60 0.5 alloc_n 8
+no_held() { [[ -z $(held) ]]; }
+check "(h) no reservation in the agent" vmqc_poll 60 0.5 no_held
+only_api_sock() { [[ -z $(find "$SOCK_DIR" -mindepth 1 ! -path "$SOCK_DIR/api.sock") ]]; }
+check "(h) nothing in $SOCK_DIR but api.sock" vmqc_poll 90 0.5 only_api_sock
+no_specs() { [[ -z $(find "$VMQC_CDI_DIR" -name '*vhostmq*' 2>/dev/null) ]]; }
+check "(h) no CDI spec of $DRIVER or vhostmq.io in $VMQC_CDI_DIR" vmqc_poll 30 0.5 no_specs
+
+echo "--- summary"
+echo "cluster bring-up: $BRINGUP"
+echo "claim-to-Running (create -> Running): dra-a (QEMU, claim of 4, CNI) ${T_RUN[dra-a]:--} s, dra-b (claim of 2) ${T_RUN[dra-b]:--} s, dra-x (busybox, claim of 1, once freed) ${T_RUN[dra-x]:--} s"
+echo "device plugin: dp-c (busybox, 2 queue pairs) ${T_RUN[dp-c]:--} s; test-cni.sh's QEMU pods are the device-plugin path's with CNI"
+echo "test time: $(vmqc_secs "$t_test") s"
+echo "$passed passed, $failed failed"
+((failed == 0))
