@@ -50,9 +50,10 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/bench/instructions.sh --smoke --budget hack/bench/instructions-budget.tsv
 
 .PHONY: test-cluster
-test-cluster: build ## Device plugin and CNI on a real one-node Kubernetes (hack/cluster/; Kubernetes is built once per machine: 10-17 min cold, ~1 min after)
+test-cluster: build ## Device plugin, CNI and DRA driver on a real one-node Kubernetes (hack/cluster/; Kubernetes and containerd are built once per machine: 13-20 min cold, ~1 min after)
 	hack/cluster/test-deviceplugin.sh
 	hack/cluster/test-cni.sh
+	hack/cluster/test-dra.sh
 
 .PHONY: test-kubevirt
 test-kubevirt: build ## VMs on vhostmq under a real KubeVirt v1.7.0 on two nodes, one live-migrated between them while it receives a file (hack/kubevirt/; KubeVirt and its images are built once per machine and cached)

@@ -38,7 +38,8 @@ fi
 for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.serviceMonitor.enabled=true,webhook.certManager.enabled=true,dra.enabled=true" \
     "devicePlugin.enabled=false,dra.enabled=true,webhook.enabled=false" \
     "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vlan=10" \
-    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp"; do
+    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp" \
+    "dra.enabled=true,dra.devices=numa"; do
     args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
     "$helm" "${args[@]}" >/dev/null || { "$helm" "${args[@]}"; vmq_die "helm lint ${set:+--set $set }failed"; }
 done
@@ -61,7 +62,13 @@ uplink.tap.name=this-name-is-too-long|/uplink/tap/name
 devicePlugin.enabled=false,webhook.enabled=false|devicePlugin.enabled, dra.enabled
 devicePlugin.enabled=false,dra.enabled=true|webhook.enabled
 dra.enabled=true,dra.deviceClass=Bad_Name|/dra/deviceClass
+dra.enabled=true,dra.devices=any|/dra/devices
 EOF
+# consumable capacity (dra.devices=numa) needs Kubernetes 1.36
+if out=$("$helm" template x charts/vhostmq --kube-version 1.35.0 --set dra.enabled=true,dra.devices=numa 2>&1 >/dev/null) ||
+    ! grep -qF "dra.devices: numa needs Kubernetes 1.36" <<<"$out"; then
+    vmq_die "helm template --kube-version 1.35.0 --set dra.enabled=true,dra.devices=numa: want it refused naming dra.devices: $out"
+fi
 
 # The plain manifests take their webhook certificate from cert-manager: a
 # chart-generated one would change on every render.

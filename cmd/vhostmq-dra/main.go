@@ -38,8 +38,18 @@ func main() {
 	flag.IntVar(&rc.MTU, "mtu", 0, "the ports' MTU, said in the device metadata (0: not said)")
 	flag.StringVar(&owner, "socket-owner", "107:107", "uid:gid owning claim directories (qemu in KubeVirt is 107)")
 	flag.StringVar(&mode, "socket-mode", "0770", "mode of claim directories, at most 0770")
+	var devices string
+	flag.StringVar(&devices, "devices", "slot", "slot: one device per queue slot; numa: one device per NUMA node with consumable capacity queue-pairs (Kubernetes >= 1.36, DRAConsumableCapacity)")
 	flag.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	flag.Parse()
+	switch devices {
+	case "slot":
+	case "numa":
+		rc.PerNUMA = true
+	default:
+		fmt.Fprintf(os.Stderr, "vhostmq-dra: --devices: %q is not slot or numa\n", devices)
+		os.Exit(2)
+	}
 	if err := parse(&rc, owner, mode, level); err != nil {
 		fmt.Fprintln(os.Stderr, "vhostmq-dra:", err)
 		os.Exit(2)

@@ -166,6 +166,18 @@ else
         VHOSTMQ_CLUSTER_CNI_PLUGINS="$TDIR/bin/multus-lite" "$HERE/cluster.sh" up
 fi
 BRINGUP=$(cat "$VMQC_RUN/timings")
+# The DRA driver is an in-cluster API client (the kubernetes Service); this
+# node runs no kube-proxy (test-kubevirt's test bed does): the Service range
+# routed into the netns and the kubernetes Service's one endpoint DNATed,
+# which is what kube-proxy would do for it. Gone with the netns at down.
+svc_ip=$(k get service kubernetes -o jsonpath='{.spec.clusterIP}')
+api_ep=$(k get endpointslices -l kubernetes.io/service-name=kubernetes -o json | jq -r '.items[0] | "\(.endpoints[0].addresses[0]):\(.ports[0].port)"')
+ip -n "$VMQC_NETNS" route replace "$VMQC_SERVICE_CIDR" dev node0
+for chain in OUTPUT PREROUTING; do # host-network and pod-network clients
+    vmqc_in_ns iptables -w -t nat -C "$chain" -d "$svc_ip/32" -p tcp --dport 443 -j DNAT --to-destination "$api_ep" 2>/dev/null ||
+        vmqc_in_ns iptables -w -t nat -A "$chain" -d "$svc_ip/32" -p tcp --dport 443 -j DNAT --to-destination "$api_ep"
+done
+echo "--- the kubernetes Service $svc_ip:443 -> $api_ep (iptables DNAT in the node's netns, no kube-proxy)"
 echo "--- node: kubelet $("$VMQC_BIN/kubelet" --version | cut -d' ' -f2), containerd $("$VMQC_CTR" -a "$VMQC_CTR_SOCK" version 2>/dev/null | awk '/^Server:/ { s = 1 } s && /Version:/ { print $2; exit }') (CDI specs: $VMQC_CDI_DIR), CNI multus-lite (a Multus stand-in, NOT Multus)"
 delete_ours
 "$HERE/images.sh" --bundle localhost/vhostmq:dev "${IMAGE_BINS[@]}"
@@ -187,7 +199,8 @@ else
 fi
 check "(a) the pod runs dataplane, deviceplugin and dra" \
     test "$(k -n "$NS" get pods -l app.kubernetes.io/name=vhostmq -o jsonpath='{.items[0].spec.containers[*].name}' | tr ' ' '\n' | grep -cxE 'dataplane|deviceplugin|dra')" = 3
-check "(a) DeviceClass $DRIVER" k get deviceclasses.resource.k8s.io "$DRIVER" -o name
+has_class() { k get deviceclasses.resource.k8s.io "$DRIVER" -o name >/dev/null; }
+check "(a) DeviceClass $DRIVER" has_class
 slice() { k get resourceslices -o json | jq -c --arg d "$DRIVER" --arg n "$VMQC_NODE" '[.items[] | select(.spec.driver == $d and .spec.nodeName == $n) | .spec.devices[]]'; }
 slice_n() { [[ $(slice | jq length) == "$1" ]]; }
 alloc_n() { [[ $(k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // 0') == "$1" ]]; }
@@ -196,9 +209,11 @@ echo "    devices: $(slice | jq -r '[.[] | "\(.name)(cpu \(.attributes.cpu.int),
 check "(a) node allocatable $RES = 8" vmqc_poll 60 0.5 alloc_n 8
 # the chart's NAD (resourceName: the device plugin's) as DRA pods' NAD: the
 # same config without the annotation, so the CNI looks for a claim
-k get network-attachment-definitions.k8s.cni.cncf.io -n default vhu-net -o json |
-    jq '{apiVersion, kind, metadata: {name: "vhu-dra", namespace: "default"}, spec}' | k apply -f - >/dev/null
-check "(a) NAD vhu-dra (the chart's vhu-net config, no resourceName)" k get network-attachment-definitions.k8s.cni.cncf.io vhu-dra -o name
+k get network-attachment-definitions.k8s.cni.cncf.io -n "$NS" vhu-net -o json |
+    jq '{apiVersion, kind, metadata: {name: "vhu-dra", namespace: "default"}, spec: {config: (.spec.config | fromjson | del(.resourceName) | tojson)}}' |
+    k apply -f - >/dev/null
+check "(a) NAD default/vhu-dra (the chart's vhu-net config without resourceName)" \
+    test "$(k get network-attachment-definitions.k8s.cni.cncf.io vhu-dra -o json | jq -r '"\(.metadata.annotations["k8s.v1.cni.cncf.io/resourceName"] // "none") \(.spec.config | fromjson | .type) \(.spec.config | fromjson | has("resourceName"))"')" = "none vhostmq-cni false"
 
 # capacity from the agent: "slot owner" lines
 held() { ctl -o json capacity | jq -r '.cpus[].slots[] | select(.reserved_by != null) | "\(.id) \(.reserved_by)"' | sort; }
@@ -236,25 +251,29 @@ dp_owner=$(held | awk '$2 ~ /^alloc\// { print $2; exit }')
 check "(b) the agent holds dp-c's slots ${SLOTS[dp-c]:-?} for its allocation (${dp_owner:-none})" \
     test "$(held_by "${dp_owner:-none}")" = "${SLOTS[dp-c]:-?}"
 check "(b) the slice drops them: 6 devices, none of dp-c's" vmqc_poll 30 0.5 slice_n 6
-check "(b) no slice device is one of dp-c's" test -z "$(slice | jq -r '.[].name' | grep -xF -f <(tr ',' '\n' <<<"${SLOTS[dp-c]:-x}"))"
+none_in_slice() { # CSV: no slice device has one of these names
+    slice | jq -e --arg s "$1" '($s | split(",")) as $ids | all(.[]; .name as $n | $ids | index($n) | not)' >/dev/null
+}
+check "(b) no slice device is one of dp-c's slots" none_in_slice "${SLOTS[dp-c]:-x}"
 
 # ------------------------------------------------------------------ (c)
 step "(c) pods with claims for 4 and 2 queue pairs (ResourceClaimTemplates)"
-for n in 4 2 1; do
+template() { # N: the ResourceClaimTemplate qpN, N queue pairs on one NUMA node
     k apply -f - >/dev/null <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
-metadata: {name: qp$n, namespace: default}
+metadata: {name: qp$1, namespace: default}
 spec:
   spec:
     devices:
       requests:
         - name: queues
-          exactly: {deviceClassName: $DRIVER, allocationMode: ExactCount, count: $n}
+          exactly: {deviceClassName: $DRIVER, allocationMode: ExactCount, count: $1}
       constraints:
         - {requests: [queues], matchAttribute: $DRIVER/numaNode}
 EOF
-done
+}
+for n in 4 2 1; do template "$n"; done
 # the virt-launcher stand-in: QEMU on the socket the claim's metadata file
 # names, as many queues as the claim's slots (CDI env)
 cat >"$TDIR/guests/launch.sh" <<'EOF'
@@ -449,10 +468,102 @@ check "(h) nothing in $SOCK_DIR but api.sock" vmqc_poll 90 0.5 only_api_sock
 no_specs() { [[ -z $(find "$VMQC_CDI_DIR" -name '*vhostmq*' 2>/dev/null) ]]; }
 check "(h) no CDI spec of $DRIVER or vhostmq.io in $VMQC_CDI_DIR" vmqc_poll 30 0.5 no_specs
 
+# ------------------------------------------------------------------ (i)
+# create -> Running of the same busybox pod asking 2 queue pairs either
+# way, one at a time on the idle node, 5 rounds interleaved
+step "(i) claim-to-Running vs device plugin: busybox pods asking 2 queue pairs, 5 rounds each"
+declare -a T_DP=() T_DRA=() T_NUMA=()
+template 2
+timed_run() { # NAME CLAIM_TEMPLATE|- DP_COUNT|-: seconds from create to Running
+    local t
+    t=$(vmq_now)
+    plain_pod "$1" "$2" "$3" | k create -f - >/dev/null
+    vmqc_poll 60 0.05 running "$1" || { echo -; return 0; }
+    vmqc_secs "$t"
+    k delete pod "$1" --grace-period 1 --wait=true --timeout 60s >/dev/null
+}
+for r in 1 2 3 4 5; do
+    T_DP+=("$(timed_run "dp-t$r" - 2)")
+    T_DRA+=("$(timed_run "dra-t$r" qp2 -)")
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+all_ran() { [[ " ${T_DP[*]} ${T_DRA[*]} " != *" - "* ]]; }
+check "(i) all 10 pods ran (device plugin ${T_DP[*]} s; DRA ${T_DRA[*]} s)" all_ran
+delete_ours
+all_back() { slice_n 8 && alloc_n 8 && [[ -z $(held) ]]; }
+check "(i) all capacity back after (slice 8, allocatable 8, no reservation)" vmqc_poll 60 0.5 all_back
+
+# ------------------------------------------------------------------ (j)
+# The other device model: one device per NUMA node whose consumable
+# capacity queue-pairs claims share (KEP-5075); the same checks, shorter
+step "(j) helm upgrade to dra.devices=numa: a device per NUMA node with consumable capacity queue-pairs"
+if h upgrade "$RELEASE" "$VMQ_REPO_ROOT/charts/vhostmq" --namespace "$NS" --reuse-values --set dra.devices=numa \
+    --wait --timeout 3m >"$work/helm-numa.log" 2>&1; then
+    pass "(j) helm upgrade --set dra.devices=numa"
+else
+    fail "(j) helm upgrade --set dra.devices=numa"
+    sed 's/^/    /' "$work/helm-numa.log" | tail -n 20
+fi
+numa_slice() { # CAPACITY: one shareable device numa-0 with that capacity
+    slice | jq -e --arg c "$1" 'length == 1 and .[0].name == "numa-0" and .[0].capacity["queue-pairs"].value == $c and .[0].allowMultipleAllocations == true' >/dev/null
+}
+check "(j) the slice: numa-0 only, capacity queue-pairs 8, shareable" vmqc_poll 90 0.5 numa_slice 8
+echo "    devices: $(slice | jq -c '[.[] | {name, capacity}]')"
+cap_template() { # N: the ResourceClaimTemplate cqN, one share of N queue pairs
+    k apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: cq$1, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: queues
+          exactly: {deviceClassName: $DRIVER, capacity: {requests: {queue-pairs: "$1"}}}
+YAML
+}
+for n in 4 2 1; do cap_template "$n"; done
+plain_pod dp-c - 2 | k create -f - >/dev/null
+check "(j) device-plugin pod dp-c (2) Running" vmqc_poll 60 0.2 running dp-c
+check "(j) the slice's capacity drops to 6" vmqc_poll 60 0.5 numa_slice 6
+t0=$(vmq_now)
+plain_pod cap-a cq4 - | k create -f - >/dev/null
+plain_pod cap-b cq2 - | k create -f - >/dev/null
+for p in cap-a cap-b; do
+    if vmqc_poll 60 0.2 running "$p"; then T_RUN[$p]=$(vmqc_secs "$t0"); pass "(j) $p Running (${T_RUN[$p]} s after create)"; else fail "(j) $p Running"; fi
+done
+declare -A WANTC=([cap-a]=4 [cap-b]=2)
+for p in cap-a cap-b; do
+    cj=$(k get resourceclaims.resource.k8s.io "$(claim_of "$p")" -o json 2>/dev/null || echo '{}')
+    uid=$(jq -r '.metadata.uid' <<<"$cj")
+    SLOTS[$p]=$(sorted_csv "$(pod_env "$p" VHOSTMQ_QUEUE_SLOTS)")
+    echo "    $p: allocation $(jq -c '[.status.allocation.devices.results[]? | {device, shareID, consumedCapacity}]' <<<"$cj"); slots ${SLOTS[$p]}"
+    check "(j) $p: one share of numa-0 consuming ${WANTC[$p]} queue-pairs" \
+        test "$(jq -r '[.status.allocation.devices.results[] | "\(.device) \(.consumedCapacity["queue-pairs"]) \(.shareID != null)"] | join(";")' <<<"$cj")" = "numa-0 ${WANTC[$p]} true"
+    check "(j) $p: the agent holds ${WANTC[$p]} slots for claim/$uid = VHOSTMQ_QUEUE_SLOTS" \
+        test "$(held_by "claim/$uid") $(tr ',' '\n' <<<"${SLOTS[$p]}" | grep -c .)" = "${SLOTS[$p]} ${WANTC[$p]}"
+    cpus=$(tr ',' '\n' <<<"${SLOTS[$p]}" | cut -d- -f1 | sort -u | wc -l)
+    check "(j) $p: its slots are on both CPUs ($cpus)" test "$cpus" = 2
+done
+check "(j) from the agent: 8 slots held, each once" test "$(held | awk '{ print $1 }' | sort -u | wc -l) $(held | wc -l)" = "8 8"
+plain_pod cap-x cq1 - | k create -f - >/dev/null
+check "(j) cap-x (one more queue pair) Pending: the claim cannot be allocated" vmqc_poll 60 0.5 has_msg cap-x "cannot allocate all claims"
+echo "    cap-x: $(sched_msg cap-x)"
+k delete pod cap-x dp-c --wait=true --timeout 60s >/dev/null
+for r in 1 2 3 4 5; do T_NUMA+=("$(timed_run "cap-t$r" cq2 -)"); done
+numa_ran() { [[ " ${T_NUMA[*]} " != *" - "* ]]; }
+check "(j) 5 pods with a share of 2 ran one at a time (${T_NUMA[*]} s)" numa_ran
+k delete pod cap-a cap-b --wait=true --timeout 60s >/dev/null
+k delete resourceclaimtemplates.resource.k8s.io cq4 cq2 cq1 --ignore-not-found >/dev/null
+numa_back() { numa_slice 8 && alloc_n 8 && [[ -z $(held) ]]; }
+check "(j) all capacity back (numa-0 8, allocatable 8, no reservation)" vmqc_poll 60 0.5 numa_back
+
 echo "--- summary"
 echo "cluster bring-up: $BRINGUP"
 echo "claim-to-Running (create -> Running): dra-a (QEMU, claim of 4, CNI) ${T_RUN[dra-a]:--} s, dra-b (claim of 2) ${T_RUN[dra-b]:--} s, dra-x (busybox, claim of 1, once freed) ${T_RUN[dra-x]:--} s"
 echo "device plugin: dp-c (busybox, 2 queue pairs) ${T_RUN[dp-c]:--} s; test-cni.sh's QEMU pods are the device-plugin path's with CNI"
+echo "(i) create -> Running, busybox asking 2 queue pairs, median of 5: device plugin $(median "${T_DP[@]}") s (${T_DP[*]}), DRA claim of 2 slot devices $(median "${T_DRA[@]}") s (${T_DRA[*]})"
+echo "(j) the same with dra.devices=numa, a share of 2 queue-pairs: $(median "${T_NUMA[@]}") s (${T_NUMA[*]}); cap-a (4) ${T_RUN[cap-a]:--} s, cap-b (2) ${T_RUN[cap-b]:--} s"
 echo "test time: $(vmqc_secs "$t_test") s"
 echo "$passed passed, $failed failed"
 ((failed == 0))

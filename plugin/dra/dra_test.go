@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
@@ -265,5 +267,74 @@ func TestPrepareRollsBack(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(r.node.SocketRoot, plugin.ClaimDir(string(c.UID)))); !os.IsNotExist(err) {
 		t.Errorf("socket directory left (%v)", err)
+	}
+}
+
+// TestDevicesPerNUMA: one shareable device per NUMA node, its capacity the
+// node's slots the device plugin's side does not hold (a claim's count),
+// 1..capacity per request; a node with none is left out.
+func TestDevicesPerNUMA(t *testing.T) {
+	c := &agentv1.Capacity{Cpus: []*agentv1.CPU{
+		{Id: 0, NumaNode: 0, Slots: []*agentv1.Slot{{Id: "c0-s0"}, {Id: "c0-s1", ReservedBy: "claim/u1"}}},
+		{Id: 1, NumaNode: 0, Slots: []*agentv1.Slot{{Id: "c1-s0", ReservedBy: "alloc/qp-1"}, {Id: "c1-s1", PortId: "p1"}, {Id: "c1-s2"}}},
+		{Id: 2, NumaNode: 1, Slots: []*agentv1.Slot{{Id: "c2-s0", ReservedBy: "alloc/qp-2"}}},
+	}}
+	devs := DevicesPerNUMA(c)
+	if len(devs) != 1 || devs[0].Name != "numa-0" {
+		t.Fatalf("devices %+v, want numa-0 only (node 1 has nothing free)", devs)
+	}
+	d := devs[0]
+	capa := d.Capacity[CapQueuePairs]
+	if capa.Value.Value() != 3 || d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+		t.Errorf("numa-0: capacity %s, allowMultipleAllocations %v; want 3 (c0-s0, c0-s1, c1-s2), true", capa.Value.String(), d.AllowMultipleAllocations)
+	}
+	if p := capa.RequestPolicy; p == nil || p.Default.Value() != 1 || p.ValidRange.Min.Value() != 1 || p.ValidRange.Max.Value() != 3 || p.ValidRange.Step.Value() != 1 {
+		t.Errorf("numa-0: request policy %+v", p)
+	}
+	if *d.Attributes[AttrNUMANode].IntValue != 0 {
+		t.Errorf("numa-0: numaNode %d", *d.Attributes[AttrNUMANode].IntValue)
+	}
+}
+
+// TestPreparePerNUMA: a share of a NUMA node's device reserves the
+// consumed count there (the agent picks the slots); a claim above what is
+// free, or without its consumed capacity, fails naming why.
+func TestPreparePerNUMA(t *testing.T) {
+	r := newRig(t)
+	share := func(uid string, pod types.UID, q string) *resourceapi.ResourceClaim {
+		c := claim(uid, "nic", pod, "numa-0")
+		res := &c.Status.Allocation.Devices.Results[0]
+		res.ShareID = ptr.To(types.UID("share-" + uid))
+		if q != "" {
+			res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{CapQueuePairs: resource.MustParse(q)}
+		}
+		return c
+	}
+	c := share("uid-1", "pod-1", "3")
+	res := r.prepare(t, c)
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	rs := r.reservations(t, "pod-1")
+	if len(rs) != 1 || len(rs[0].Slots) != 3 || rs[0].NumaNode != 0 {
+		t.Fatalf("reservations %v, want 3 slots on NUMA node 0", rs)
+	}
+	if len(res.Devices) != 1 || res.Devices[0].DeviceName != "numa-0" || res.Devices[0].ShareID == nil || *res.Devices[0].ShareID != "share-uid-1" {
+		t.Fatalf("devices %+v", res.Devices)
+	}
+	if s := res.Devices[0].Metadata.Attributes[AttrSlots].StringValue; s == nil || *s != strings.Join(rs[0].Slots, ",") {
+		t.Errorf("metadata slots %v, want %v", s, rs[0].Slots)
+	}
+	if again := r.prepare(t, c); again.Err != nil {
+		t.Errorf("prepared again: %v", again.Err)
+	}
+	if e := r.prepare(t, share("uid-2", "pod-2", "2")).Err; e == nil || !strings.Contains(e.Error(), "2 slots on NUMA node 0") {
+		t.Errorf("a share above the free slots: %v", e)
+	}
+	if e := r.prepare(t, share("uid-3", "pod-3", "")).Err; e == nil || !strings.Contains(e.Error(), "consumedCapacity") {
+		t.Errorf("a share without consumed capacity: %v", e)
+	}
+	if rs := r.reservations(t, ""); len(rs) != 1 {
+		t.Errorf("refused shares left reservations: %v", rs)
 	}
 }

@@ -113,19 +113,37 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 		return nil, fmt.Errorf("claim %s/%s: status.allocation: not allocated", c.Namespace, c.Name)
 	}
 	var results []resourceapi.DeviceRequestAllocationResult
-	var slots []string
+	req := &agentv1.ReserveRequest{Owner: plugin.ClaimOwner(string(c.UID))}
 	for i, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != DriverName {
 			continue
 		}
+		field := fmt.Sprintf("claim %s/%s: status.allocation.devices.results[%d]", c.Namespace, c.Name, i)
 		if r.Pool != d.cfg.NodeName {
-			return nil, fmt.Errorf("claim %s/%s: status.allocation.devices.results[%d].pool: %q is not this node's pool %q", c.Namespace, c.Name, i, r.Pool, d.cfg.NodeName)
+			return nil, fmt.Errorf("%s.pool: %q is not this node's pool %q", field, r.Pool, d.cfg.NodeName)
 		}
 		results = append(results, r)
-		slots = append(slots, r.Device)
+		n, perNUMA := numaOfDevice(r.Device)
+		if !perNUMA { // one device per slot: exactly these slots
+			req.Slots = append(req.Slots, r.Device)
+			continue
+		}
+		// a NUMA node's device: its consumed queue-pairs, slots picked here
+		q, ok := r.ConsumedCapacity[CapQueuePairs]
+		switch {
+		case !ok || q.Value() < 1:
+			return nil, fmt.Errorf("%s.consumedCapacity: no %s of device %s", field, CapQueuePairs, r.Device)
+		case req.NumaNode != nil && *req.NumaNode != n:
+			return nil, fmt.Errorf("%s.device: %s is on another NUMA node than the claim's other queue pairs (one claim, one NUMA node)", field, r.Device)
+		}
+		req.NumaNode = ptr.To(n)
+		req.Count += uint32(q.Value())
 	}
 	if len(results) == 0 {
 		return nil, nil
+	}
+	if len(req.Slots) > 0 && req.Count > 0 {
+		return nil, fmt.Errorf("claim %s/%s: status.allocation.devices.results: both slot devices and NUMA node devices (one device mode per driver)", c.Namespace, c.Name)
 	}
 	var pods []string
 	for _, ref := range c.Status.ReservedFor {
@@ -137,9 +155,14 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	if errs := validation.IsDNS1123Subdomain(filepath.Base(cdir)); len(errs) > 0 {
 		return nil, fmt.Errorf("claim %s/%s: its directory name %q: %s", c.Namespace, c.Name, filepath.Base(cdir), strings.Join(errs, "; "))
 	}
-	res, err := d.cfg.Agent.Reserve(ctx, &agentv1.ReserveRequest{Owner: plugin.ClaimOwner(string(c.UID)), Slots: slots, Pods: pods})
+	req.Pods = pods
+	res, err := d.cfg.Agent.Reserve(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("claim %s/%s: reserving slots %s in the node agent: %w", c.Namespace, c.Name, strings.Join(slots, ","), err)
+		what := "slots " + strings.Join(req.Slots, ",")
+		if req.Count > 0 {
+			what = fmt.Sprintf("%d slots on NUMA node %d", req.Count, req.GetNumaNode())
+		}
+		return nil, fmt.Errorf("claim %s/%s: reserving %s in the node agent: %w", c.Namespace, c.Name, what, err)
 	}
 	host := filepath.Join(d.cfg.SocketRoot, plugin.ClaimDir(string(c.UID)))
 	socket := filepath.Join(cdir, plugin.ClaimSocketName)
@@ -168,13 +191,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 		// the slice's attributes of the device, and the socket
 		attrs := map[string]resourceapi.DeviceAttribute{
 			AttrVhostUserPath: {StringValue: ptr.To(socket)},
-			AttrSlot:          {StringValue: ptr.To(r.Device)},
+			AttrSlots:         {StringValue: ptr.To(strings.Join(res.GetSlots(), ","))},
 			AttrNUMANode:      {IntValue: ptr.To(int64(res.GetNumaNode()))},
+		}
+		if req.Count == 0 {
+			attrs[AttrSlot] = resourceapi.DeviceAttribute{StringValue: ptr.To(r.Device)}
 		}
 		if d.cfg.MTU > 0 {
 			attrs[AttrMTU] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.cfg.MTU))}
 		}
-		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID,
 			Metadata: &kubeletplugin.DeviceMetadata{Attributes: attrs}}
 		if i == 0 { // one mount per claim, however many slots it has
 			dev.CDIDeviceIDs = []string{CDIDeviceID(c.UID)}

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,7 +20,14 @@ import (
 type RunConfig struct {
 	Config
 	KubeletDir   string        // the kubelet's root: plugins/ and plugins_registry/ are under it
-	PollCapacity time.Duration // how often the slice is checked against the agent; default 10 s
+	// PollCapacity: how often the slice is checked against the agent
+	// (a local call); default 1 s. A slot the device plugin's side took
+	// stays in the slice until then, and a claim the scheduler gives it
+	// waits (its prepare is refused and retried) until that slot is free.
+	PollCapacity time.Duration
+	// PerNUMA publishes one device per NUMA node with consumable capacity
+	// queue-pairs (DevicesPerNUMA) instead of one device per slot (Devices).
+	PerNUMA bool
 }
 
 // Run registers the driver with the kubelet, publishes the node's slots as
@@ -34,13 +42,19 @@ func Run(ctx context.Context, rc RunConfig) error {
 		rc.KubeletDir = "/var/lib/kubelet"
 	}
 	if rc.PollCapacity == 0 {
-		rc.PollCapacity = 10 * time.Second
+		rc.PollCapacity = time.Second
+	}
+	// the kubelet does not make the plugin's directory; the helper
+	// listens there (dra.sock) and keeps the metadata files under it
+	pluginDir := rc.KubeletDir + "/plugins/" + DriverName
+	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
+		return fmt.Errorf("--kubelet-dir: the plugin directory: %w", err)
 	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(rc.NodeName),
 		kubeletplugin.KubeClient(rc.Kube),
-		kubeletplugin.PluginDataDirectoryPath(rc.KubeletDir+"/plugins/"+DriverName),
+		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.RegistrarDirectoryPath(rc.KubeletDir+"/plugins_registry"),
 		kubeletplugin.CDIDirectory(rc.CDIDir),
 		// the metadata file's newest version (the only one so far); a
@@ -59,7 +73,7 @@ func Run(ctx context.Context, rc RunConfig) error {
 		c, err := rc.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{})
 		if err != nil {
 			d.log.Warn("node agent unavailable; the published slice stays", "err", err)
-		} else if devs := Devices(c); published == nil || !equality.Semantic.DeepEqual(devs, published) {
+		} else if devs := devicesOf(c, rc.PerNUMA); published == nil || !equality.Semantic.DeepEqual(devs, published) {
 			res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 				rc.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}},
 			}}
@@ -76,4 +90,11 @@ func Run(ctx context.Context, rc RunConfig) error {
 		case <-t.C:
 		}
 	}
+}
+
+func devicesOf(c *agentv1.Capacity, perNUMA bool) []resourceapi.Device {
+	if perNUMA {
+		return DevicesPerNUMA(c)
+	}
+	return Devices(c)
 }

@@ -41,8 +41,11 @@ func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim
 	now := metav1.Now()
 	status := resourceapply.ResourceClaimStatus()
 	for _, r := range results {
-		status.WithDevices(resourceapply.AllocatedDeviceStatus().
-			WithDriver(r.Driver).WithPool(r.Pool).WithDevice(r.Device).
+		ds := resourceapply.AllocatedDeviceStatus().WithDriver(r.Driver).WithPool(r.Pool).WithDevice(r.Device)
+		if r.ShareID != nil { // a share of a NUMA node's device
+			ds.WithShareID(string(*r.ShareID))
+		}
+		status.WithDevices(ds.
 			WithData(runtime.RawExtension{Raw: raw}).
 			WithConditions(metav1apply.Condition().WithType("Ready").WithStatus(metav1.ConditionTrue).
 				WithReason("Prepared").WithMessage(fmt.Sprintf("queue slot %s of vhost-user socket %s", r.Device, sd.VhostUserPath)).

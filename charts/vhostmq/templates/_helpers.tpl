@@ -35,6 +35,9 @@ vhostmq.checkUplink refuses uplink values that cannot work, naming the value.
 {{- if and .Values.dra.enabled (semverCompare "<1.34-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "dra.enabled: needs Kubernetes 1.34 or later (resource.k8s.io/v1); this is %s" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
+{{- if and .Values.dra.enabled (eq .Values.dra.devices "numa") (semverCompare "<1.36-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "dra.devices: numa needs Kubernetes 1.36 or later (consumable capacity, DRAConsumableCapacity on by default); this is %s" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- $u := .Values.uplink -}}
 {{- $n := .Values.networkAttachmentDefinition -}}
 {{- if and (eq $u.mode "af_xdp") (not $u.af_xdp.interface) -}}
