@@ -39,7 +39,7 @@ func main() {
 	flag.StringVar(&owner, "socket-owner", "107:107", "uid:gid owning claim directories (qemu in KubeVirt is 107)")
 	flag.StringVar(&mode, "socket-mode", "0770", "mode of claim directories, at most 0770")
 	var devices string
-	flag.StringVar(&devices, "devices", "slot", "slot: one device per queue slot; numa: one device per NUMA node with consumable capacity queue-pairs (Kubernetes >= 1.36, DRAConsumableCapacity)")
+	flag.StringVar(&devices, "devices", "slot", "slot: one device per queue slot; numa: one device per NUMA node with consumable capacity queuePairs (Kubernetes >= 1.36, DRAConsumableCapacity)")
 	flag.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	flag.Parse()
 	switch devices {

@@ -356,6 +356,10 @@ done
 claim_of() { k get pod "$1" -o json | jq -r '.status.resourceClaimStatuses[]? | select(.name == "nic") | .resourceClaimName'; }
 ports_of() { ctl -o json port list | jq -c --arg p "$1" '.ports[] | select(.labels["k8s.pod.name"] == $p)'; }
 declare -A WANT=([dra-a]=4 [dra-b]=2)
+network_data() { # CLAIM MAC: every device status of ours has {interfaceName: net1, hardwareAddress: MAC}
+    k get resourceclaims.resource.k8s.io "$1" -o json | jq -e --arg d "$DRIVER" --arg m "$2" \
+        '[.status.devices[]? | select(.driver == $d)] | length > 0 and all(.networkData.interfaceName == "net1" and .networkData.hardwareAddress == $m)' >/dev/null
+}
 for p in dra-a dra-b; do
     CLAIM[$p]=$(claim_of "$p")
     cj=$(k get resourceclaims.resource.k8s.io "${CLAIM[$p]:-none}" -o json 2>/dev/null || echo '{}')
@@ -376,6 +380,8 @@ for p in dra-a dra-b; do
     echo "    $p claim status.devices[0]: $(jq -c '.[0] | {device, data, conditions: [.conditions[] | {type, status, reason}]}' <<<"$st")"
     check "(c) $p: claim status.devices: ${WANT[$p]} Ready entries naming /var/run/vhostmq/nic/vhost-user.sock" \
         test "$(jq -r '[.[] | select(.conditions[0].type == "Ready" and .conditions[0].status == "True" and .data.vhostUserPath == "/var/run/vhostmq/nic/vhost-user.sock")] | length' <<<"$st")" = "${WANT[$p]}"
+    check "(c) $p: claim status.devices carry the port's network data (net1, ${MACS[$p]})" \
+        vmqc_poll 15 0.5 network_data "${CLAIM[$p]:-none}" "${MACS[$p]}"
 done
 check "(c) device-plugin side shrinks: allocatable $RES = 2 (6 slots held by claims)" vmqc_poll 30 0.5 alloc_n 2
 all_held=$(held | awk '{ print $1 }' | sort | paste -sd,)
@@ -495,8 +501,8 @@ check "(i) all capacity back after (slice 8, allocatable 8, no reservation)" vmq
 
 # ------------------------------------------------------------------ (j)
 # The other device model: one device per NUMA node whose consumable
-# capacity queue-pairs claims share (KEP-5075); the same checks, shorter
-step "(j) helm upgrade to dra.devices=numa: a device per NUMA node with consumable capacity queue-pairs"
+# capacity queuePairs claims share (KEP-5075); the same checks, shorter
+step "(j) helm upgrade to dra.devices=numa: a device per NUMA node with consumable capacity queuePairs"
 if h upgrade "$RELEASE" "$VMQ_REPO_ROOT/charts/vhostmq" --namespace "$NS" --reuse-values --set dra.devices=numa \
     --wait --timeout 3m >"$work/helm-numa.log" 2>&1; then
     pass "(j) helm upgrade --set dra.devices=numa"
@@ -505,9 +511,9 @@ else
     sed 's/^/    /' "$work/helm-numa.log" | tail -n 20
 fi
 numa_slice() { # CAPACITY: one shareable device numa-0 with that capacity
-    slice | jq -e --arg c "$1" 'length == 1 and .[0].name == "numa-0" and .[0].capacity["queue-pairs"].value == $c and .[0].allowMultipleAllocations == true' >/dev/null
+    slice | jq -e --arg c "$1" 'length == 1 and .[0].name == "numa-0" and .[0].capacity["queuePairs"].value == $c and .[0].allowMultipleAllocations == true' >/dev/null
 }
-check "(j) the slice: numa-0 only, capacity queue-pairs 8, shareable" vmqc_poll 90 0.5 numa_slice 8
+check "(j) the slice: numa-0 only, capacity queuePairs 8, shareable" vmqc_poll 90 0.5 numa_slice 8
 echo "    devices: $(slice | jq -c '[.[] | {name, capacity}]')"
 cap_template() { # N: the ResourceClaimTemplate cqN, one share of N queue pairs
     k apply -f - >/dev/null <<YAML
@@ -519,7 +525,7 @@ spec:
     devices:
       requests:
         - name: queues
-          exactly: {deviceClassName: $DRIVER, capacity: {requests: {queue-pairs: "$1"}}}
+          exactly: {deviceClassName: $DRIVER, capacity: {requests: {queuePairs: "$1"}}}
 YAML
 }
 for n in 4 2 1; do cap_template "$n"; done
@@ -538,8 +544,8 @@ for p in cap-a cap-b; do
     uid=$(jq -r '.metadata.uid' <<<"$cj")
     SLOTS[$p]=$(sorted_csv "$(pod_env "$p" VHOSTMQ_QUEUE_SLOTS)")
     echo "    $p: allocation $(jq -c '[.status.allocation.devices.results[]? | {device, shareID, consumedCapacity}]' <<<"$cj"); slots ${SLOTS[$p]}"
-    check "(j) $p: one share of numa-0 consuming ${WANTC[$p]} queue-pairs" \
-        test "$(jq -r '[.status.allocation.devices.results[] | "\(.device) \(.consumedCapacity["queue-pairs"]) \(.shareID != null)"] | join(";")' <<<"$cj")" = "numa-0 ${WANTC[$p]} true"
+    check "(j) $p: one share of numa-0 consuming ${WANTC[$p]} queuePairs" \
+        test "$(jq -r '[.status.allocation.devices.results[] | "\(.device) \(.consumedCapacity["queuePairs"]) \(.shareID != null)"] | join(";")' <<<"$cj")" = "numa-0 ${WANTC[$p]} true"
     check "(j) $p: the agent holds ${WANTC[$p]} slots for claim/$uid = VHOSTMQ_QUEUE_SLOTS" \
         test "$(held_by "claim/$uid") $(tr ',' '\n' <<<"${SLOTS[$p]}" | grep -c .)" = "${SLOTS[$p]} ${WANTC[$p]}"
     cpus=$(tr ',' '\n' <<<"${SLOTS[$p]}" | cut -d- -f1 | sort -u | wc -l)
@@ -563,7 +569,7 @@ echo "cluster bring-up: $BRINGUP"
 echo "claim-to-Running (create -> Running): dra-a (QEMU, claim of 4, CNI) ${T_RUN[dra-a]:--} s, dra-b (claim of 2) ${T_RUN[dra-b]:--} s, dra-x (busybox, claim of 1, once freed) ${T_RUN[dra-x]:--} s"
 echo "device plugin: dp-c (busybox, 2 queue pairs) ${T_RUN[dp-c]:--} s; test-cni.sh's QEMU pods are the device-plugin path's with CNI"
 echo "(i) create -> Running, busybox asking 2 queue pairs, median of 5: device plugin $(median "${T_DP[@]}") s (${T_DP[*]}), DRA claim of 2 slot devices $(median "${T_DRA[@]}") s (${T_DRA[*]})"
-echo "(j) the same with dra.devices=numa, a share of 2 queue-pairs: $(median "${T_NUMA[@]}") s (${T_NUMA[*]}); cap-a (4) ${T_RUN[cap-a]:--} s, cap-b (2) ${T_RUN[cap-b]:--} s"
+echo "(j) the same with dra.devices=numa, a share of 2 queuePairs: $(median "${T_NUMA[@]}") s (${T_NUMA[*]}); cap-a (4) ${T_RUN[cap-a]:--} s, cap-b (2) ${T_RUN[cap-b]:--} s"
 echo "test time: $(vmqc_secs "$t_test") s"
 echo "$passed passed, $failed failed"
 ((failed == 0))

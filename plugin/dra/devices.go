@@ -80,14 +80,14 @@ func heldByDevicePlugin(s *agentv1.Slot) bool {
 }
 
 // CapQueuePairs is the consumable capacity of a NUMA node's device
-// (DevicesPerNUMA): a claim asks capacity.requests[queue-pairs].
-const CapQueuePairs = "queue-pairs"
+// (DevicesPerNUMA): a claim asks capacity.requests[queuePairs] (a C identifier, as the API requires).
+const CapQueuePairs = "queuePairs"
 
 // numaDevicePrefix names DevicesPerNUMA's devices: numa-<node>.
 const numaDevicePrefix = "numa-"
 
 // DevicesPerNUMA lists one device per NUMA node instead of one per slot:
-// its consumable capacity queue-pairs (KEP-5075, DRAConsumableCapacity) is
+// its consumable capacity queuePairs (KEP-5075, DRAConsumableCapacity) is
 // the node's slots the device plugin's side does not hold, shared by any
 // number of claims (1..all per request). The scheduler then only counts;
 // preparing the claim picks the slots (the agent: distinct CPUs first).

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/vhostmq/vhostmq/cni"
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
@@ -180,6 +181,29 @@ func TestPrepareUnprepare(t *testing.T) {
 	}
 	if rs := r.reservations(t, ""); len(rs) != 1 {
 		t.Errorf("reservations after preparing twice: %v", rs)
+	}
+
+	// The CNI makes the claim's port: the next poll writes its network data.
+	if got.Status.Devices[0].NetworkData != nil {
+		t.Errorf("network data before the port exists: %+v", got.Status.Devices[0].NetworkData)
+	}
+	if _, err := r.node.Client.CreatePort(context.Background(), &agentv1.CreatePortRequest{Spec: &agentv1.PortSpec{
+		Id: "p1", SocketPath: filepath.Join(host, plugin.ClaimSocketName), Role: agentv1.Role_ROLE_SERVER, QueuePairs: 2,
+		Reservation: "claim/uid-1", Mac: "52:54:00:00:00:01", Labels: map[string]string{cni.LabelInterface: "net1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.drv.describePorts(context.Background())
+	got, _ = kube.ResourceV1().ResourceClaims("ns1").Get(context.Background(), c.Name, metav1.GetOptions{})
+	for i, d := range got.Status.Devices {
+		if nd := d.NetworkData; nd == nil || nd.InterfaceName != "net1" || nd.HardwareAddress != "52:54:00:00:00:01" || len(d.Conditions) != 1 {
+			t.Errorf("status.devices[%d] after the port: network data %+v, conditions %v", i, nd, d.Conditions)
+		}
+	}
+	if len(r.drv.pending) != 0 {
+		t.Errorf("claims still waiting for their port: %v", r.drv.pending)
+	}
+	if _, err := r.node.Client.DeletePort(context.Background(), &agentv1.DeletePortRequest{Id: "p1"}); err != nil {
+		t.Fatal(err)
 	}
 
 	obj := kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: "ns1", Name: c.Name}, UID: c.UID}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -54,6 +55,9 @@ type Config struct {
 type Driver struct {
 	cfg Config
 	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[types.UID]pendingStatus // prepared claims whose status awaits their port
 }
 
 // New fills in defaults.
@@ -73,7 +77,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger}, nil
+	return &Driver{cfg: cfg, log: cfg.Logger, pending: map[types.UID]pendingStatus{}}, nil
 }
 
 // ContainerDir is where a container sees a claim's directory: named by the
@@ -128,7 +132,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 			req.Slots = append(req.Slots, r.Device)
 			continue
 		}
-		// a NUMA node's device: its consumed queue-pairs, slots picked here
+		// a NUMA node's device: its consumed queuePairs, slots picked here
 		q, ok := r.ConsumedCapacity[CapQueuePairs]
 		switch {
 		case !ok || q.Value() < 1:
@@ -183,8 +187,14 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	// A claim whose status cannot be written is still prepared (the pod
 	// needs only the files): logged, and written again on the next prepare.
 	sd := StatusData{VhostUserPath: socket, Mode: "server", Slots: res.GetSlots(), MTU: d.cfg.MTU}
-	if err := d.publishStatus(ctx, c, results, sd); err != nil {
+	port, err := d.publishStatus(ctx, c, results, sd)
+	if err != nil {
 		d.log.Warn("claim prepared, but its device status was not written", "claim", c.Namespace+"/"+c.Name, "err", err)
+	}
+	if port == nil && d.cfg.Kube != nil { // the port's network data follows
+		d.mu.Lock()
+		d.pending[c.UID] = pendingStatus{claim: c.DeepCopy(), results: results, data: sd}
+		d.mu.Unlock()
 	}
 	devices := make([]kubeletplugin.Device, 0, len(results))
 	for i, r := range results {
@@ -238,6 +248,9 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 
 func (d *Driver) unprepare(ctx context.Context, c kubeletplugin.NamespacedObject) error {
 	// Every step is tried, whatever failed before: what can go, goes.
+	d.mu.Lock()
+	delete(d.pending, c.UID)
+	d.mu.Unlock()
 	var errs []error
 	host := filepath.Join(d.cfg.SocketRoot, plugin.ClaimDir(string(c.UID)))
 	if err := os.Remove(filepath.Join(host, plugin.ClaimSocketName)); err != nil && !gone(err) {

@@ -26,7 +26,7 @@ type RunConfig struct {
 	// waits (its prepare is refused and retried) until that slot is free.
 	PollCapacity time.Duration
 	// PerNUMA publishes one device per NUMA node with consumable capacity
-	// queue-pairs (DevicesPerNUMA) instead of one device per slot (Devices).
+	// queuePairs (DevicesPerNUMA) instead of one device per slot (Devices).
 	PerNUMA bool
 }
 
@@ -84,6 +84,7 @@ func Run(ctx context.Context, rc RunConfig) error {
 				d.log.Info("ResourceSlice published", "devices", len(devs))
 			}
 		}
+		d.describePorts(ctx)
 		select {
 		case <-ctx.Done():
 			return nil

@@ -8,8 +8,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/plugin"
 )
 
 // StatusData is what a prepared device says in the claim's status
@@ -27,16 +31,90 @@ type StatusData struct {
 	MTU int `json:"mtu,omitempty"`
 }
 
-// publishStatus writes the claim's device status: one entry per
-// allocated device, Ready, with StatusData. Server-side apply with the
-// driver as field manager, so other drivers' entries stay.
-func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, sd StatusData) error {
-	if d.cfg.Kube == nil {
+// claimPort is the port the CNI made on the claim's reservation (nil:
+// none yet, or the agent did not answer).
+func (d *Driver) claimPort(ctx context.Context, uid types.UID) *agentv1.Port {
+	l, err := d.cfg.Agent.ListPorts(ctx, &agentv1.ListPortsRequest{})
+	if err != nil {
 		return nil
 	}
+	for _, p := range l.GetPorts() {
+		if p.GetSpec().GetReservation() == plugin.ClaimOwner(string(uid)) {
+			return p
+		}
+	}
+	return nil
+}
+
+// networkData is a port's network data for the claim's status: the pod's
+// interface name for it and its MAC (a vhost-user port has no address).
+func networkData(p *agentv1.Port) *resourceapply.NetworkDeviceDataApplyConfiguration {
+	if p == nil {
+		return nil
+	}
+	nd := resourceapply.NetworkDeviceData()
+	if ifname := p.GetSpec().GetLabels()[labelInterface]; ifname != "" {
+		nd.WithInterfaceName(ifname)
+	}
+	if mac := p.GetSpec().GetMac(); mac != "" {
+		nd.WithHardwareAddress(mac)
+	}
+	return nd
+}
+
+// labelInterface is the port label in which the CNI plugin names the
+// pod's interface (cni.LabelInterface, checked by a test; not imported:
+// the driver does not need the CNI plugin's dependencies).
+const labelInterface = "interface"
+
+// pendingStatus is a prepared claim whose status does not describe its
+// port yet (the CNI makes it after the claim is prepared).
+type pendingStatus struct {
+	claim   *resourceapi.ResourceClaim
+	results []resourceapi.DeviceRequestAllocationResult
+	data    StatusData
+}
+
+// describePorts writes the network data of ports made since their claims
+// were prepared (Run calls it on every capacity poll).
+func (d *Driver) describePorts(ctx context.Context) {
+	d.mu.Lock()
+	todo := make([]pendingStatus, 0, len(d.pending))
+	for _, p := range d.pending {
+		todo = append(todo, p)
+	}
+	d.mu.Unlock()
+	for _, p := range todo {
+		if d.claimPort(ctx, p.claim.UID) == nil {
+			continue
+		}
+		port, err := d.publishStatus(ctx, p.claim, p.results, p.data)
+		if err != nil {
+			d.log.Warn("the claim's network data was not written", "claim", p.claim.Namespace+"/"+p.claim.Name, "err", err)
+			continue
+		}
+		if port != nil {
+			d.mu.Lock()
+			delete(d.pending, p.claim.UID)
+			d.mu.Unlock()
+			d.log.Info("claim status: its port's network data", "claim", p.claim.Namespace+"/"+p.claim.Name, "port", port.GetSpec().GetId(), "mac", port.GetSpec().GetMac())
+		}
+	}
+}
+
+// publishStatus writes the claim's device status: one entry per
+// allocated device, Ready, with StatusData, and with the network data of
+// the claim's port once the CNI made it. Server-side apply with the
+// driver as field manager, so other drivers' entries stay. It returns the
+// port it described (nil: none yet).
+func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, sd StatusData) (*agentv1.Port, error) {
+	if d.cfg.Kube == nil {
+		return nil, nil
+	}
+	port := d.claimPort(ctx, c.UID)
 	raw, err := json.Marshal(sd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := metav1.Now()
 	status := resourceapply.ResourceClaimStatus()
@@ -45,13 +123,16 @@ func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim
 		if r.ShareID != nil { // a share of a NUMA node's device
 			ds.WithShareID(string(*r.ShareID))
 		}
-		status.WithDevices(ds.
-			WithData(runtime.RawExtension{Raw: raw}).
-			WithConditions(metav1apply.Condition().WithType("Ready").WithStatus(metav1.ConditionTrue).
-				WithReason("Prepared").WithMessage(fmt.Sprintf("queue slot %s of vhost-user socket %s", r.Device, sd.VhostUserPath)).
-				WithLastTransitionTime(now).WithObservedGeneration(c.Generation)))
+		if nd := networkData(port); nd != nil {
+			ds.WithNetworkData(nd)
+		}
+		status.WithDevices(ds. // (copied: complete it first)
+					WithData(runtime.RawExtension{Raw: raw}).
+					WithConditions(metav1apply.Condition().WithType("Ready").WithStatus(metav1.ConditionTrue).
+						WithReason("Prepared").WithMessage(fmt.Sprintf("queue slot %s of vhost-user socket %s", r.Device, sd.VhostUserPath)).
+						WithLastTransitionTime(now).WithObservedGeneration(c.Generation)))
 	}
 	claim := resourceapply.ResourceClaim(c.Name, c.Namespace).WithStatus(status)
 	_, err = d.cfg.Kube.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, claim, metav1.ApplyOptions{FieldManager: DriverName, Force: true})
-	return err
+	return port, err
 }
