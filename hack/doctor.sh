@@ -121,11 +121,18 @@ else
 fi
 for t in containerd runc; do
     if command -v "$t" >/dev/null; then
-        ok "$t" "$(ver "$t" --version) (containerd: hack/cluster and e2e-cni, runtime runc pinned in their configs)"
+        ok "$t" "$(ver "$t" --version) (Debian's containerd: hack/e2e-cni.sh; runtime runc pinned in every config)"
     else
         info "$t" "not installed yet (hack/cluster and hack/e2e-cni.sh install it)"
     fi
 done
+# the test cluster's containerd is built (CDI for DRA claims), not Debian's
+ctrd=/var/cache/vhostmq/k8s/containerd/${VHOSTMQ_CONTAINERD_VERSION:-v2.4.2}/containerd
+if [[ -x $ctrd ]]; then
+    ok cluster-containerd "$("$ctrd" --version 2>/dev/null | awk '{ print $3 }') at $ctrd (hack/cluster, CDI on)"
+else
+    info cluster-containerd "not built yet: make test-cluster builds containerd ${VHOSTMQ_CONTAINERD_VERSION:-v2.4.2} from the module proxy (2-4 min)"
+fi
 
 # ------------------------------------------------------------------ image builds
 # podman picks its runtime from what is installed (crun first on Debian 12),

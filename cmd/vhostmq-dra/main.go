@@ -30,6 +30,7 @@ func main() {
 	var agentSocket, kubeconfig, owner, mode, level string
 	flag.StringVar(&agentSocket, "agent-socket", "/run/vhostmq/api.sock", "the node agent's API socket")
 	flag.StringVar(&rc.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	flag.StringVar(&rc.PodUID, "pod-uid", os.Getenv("POD_UID"), "this pod's UID (default $POD_UID): its own kubelet sockets, so that old and new pods of a surge update both serve")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster)")
 	flag.StringVar(&rc.KubeletDir, "kubelet-dir", plugin.DefaultKubeletDir, "the kubelet's root directory")
 	flag.StringVar(&rc.SocketRoot, "socket-root", plugin.DefaultSocketRoot, "host directory for per-claim socket directories")

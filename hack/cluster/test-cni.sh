@@ -93,15 +93,8 @@ work=$(mktemp -d)
 
 k() { vmqc_kubectl "$@"; }
 ctl() { timeout 20 "$bins/vhostmqctl" --socket "$API_SOCK" "$@"; }
-step_t0=$(vmq_now)
-step() { step_t0=$(vmq_now); echo "--- $*"; }
-pass() { printf 'ok   %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; passed=$((passed + 1)); }
-fail() { printf 'FAIL %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; failed=$((failed + 1)); }
-check() { # check WHAT CMD...: ok when CMD succeeds
-    local what=$1
-    shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=checks.sh
+source "$HERE/checks.sh"
 
 delete_ours() { # the test's pods and NAD (CNI DEL runs for the pods); no CRD yet is fine
     k delete pod -l app=vhostmq-cni-test --ignore-not-found --grace-period 5 --wait=true --timeout 60s >/dev/null 2>&1 || true

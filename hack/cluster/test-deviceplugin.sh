@@ -56,15 +56,8 @@ work=$(mktemp -d)
 
 k() { vmqc_kubectl "$@"; }
 # ok/FAIL lines: "ok   WHAT (T s)" with T the seconds since the step began
-step_t0=$(vmq_now)
-step() { step_t0=$(vmq_now); echo "--- $*"; }
-pass() { printf 'ok   %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; passed=$((passed + 1)); }
-fail() { printf 'FAIL %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; failed=$((failed + 1)); }
-check() { # check WHAT CMD...: ok when CMD succeeds
-    local what=$1
-    shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=checks.sh
+source "$HERE/checks.sh"
 
 node_json() { k get --raw "/api/v1/nodes/$VMQC_NODE" 2>/dev/null; }
 allocatable() { node_json | jq -r --arg r "$RES" '.status.allocatable[$r] // "none"'; }

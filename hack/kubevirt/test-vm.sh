@@ -148,15 +148,8 @@ node_pod_name() {
         jq -r '[.items[] | select(.metadata.deletionTimestamp == null)][0].metadata.name // ""'
 }
 crictl() { timeout 30 "$VMQC_TOOLS/crictl" --config "$VMQC_RUN/crictl.yaml" "$@"; }
-step_t0=$(vmq_now)
-step() { step_t0=$(vmq_now); echo "--- $*"; }
-pass() { printf 'ok   %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; passed=$((passed + 1)); }
-fail() { printf 'FAIL %s (%s s)\n' "$1" "$(vmqc_secs "$step_t0")"; failed=$((failed + 1)); }
-check() { # check WHAT CMD...: ok when CMD succeeds
-    local what=$1
-    shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=../cluster/checks.sh
+source "$VMKV_DIR/../cluster/checks.sh"
 
 [[ -x $BIN_DIR/vhostmq-webhook && -x $VMKV_KUBE_PROXY ]] || vmq_die "the test bed is not up ($HERE/testbed.sh up)"
 "$HERE/testbed.sh" status >/dev/null 2>&1 || vmq_die "the test bed is not up or KubeVirt is not Available ($HERE/testbed.sh status)"

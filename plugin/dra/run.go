@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -19,7 +20,7 @@ import (
 // RunConfig adds what the kubelet plugin needs to the driver's Config.
 type RunConfig struct {
 	Config
-	KubeletDir   string        // the kubelet's root: plugins/ and plugins_registry/ are under it
+	KubeletDir string // the kubelet's root: plugins/ and plugins_registry/ are under it
 	// PollCapacity: how often the slice is checked against the agent
 	// (a local call); default 1 s. A slot the device plugin's side took
 	// stays in the slice until then, and a claim the scheduler gives it
@@ -28,6 +29,10 @@ type RunConfig struct {
 	// PerNUMA publishes one device per NUMA node with consumable capacity
 	// queuePairs (DevicesPerNUMA) instead of one device per slot (Devices).
 	PerNUMA bool
+	// PodUID (the driver's pod) gives this instance its own sockets, so
+	// that a DaemonSet's surge update has old and new registered at once
+	// (kubeletplugin.RollingUpdate, kubelet >= 1.33); "": one instance.
+	PodUID string
 }
 
 // Run registers the driver with the kubelet, publishes the node's slots as
@@ -59,6 +64,7 @@ func Run(ctx context.Context, rc RunConfig) error {
 		kubeletplugin.CDIDirectory(rc.CDIDir),
 		// the metadata file's newest version (the only one so far); a
 		// consumer picks the first version it knows from the file's stream
+		kubeletplugin.RollingUpdate(types.UID(rc.PodUID)),
 		kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 	)
 	if err != nil {
