@@ -25,8 +25,9 @@ build: ## Build every binary into bin/
 ##@ Tests
 
 .PHONY: test-unit
-test-unit: ## Go unit and integration tests (runs the fuzz seed corpora too)
+test-unit: ## Go unit and integration tests (runs the fuzz seed corpora too), and the chart's alerts under promtool
 	$(GO) test -count=1 ./...
+	hack/test-alerts.sh
 
 .PHONY: test-race
 test-race: ## Go tests of the dataplane under the race detector

@@ -52,7 +52,7 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
     libvirt-clients libxml2-utils containernetworking-plugins podman runc curl
-    valgrind) # valgrind: callgrind instruction counts per frame (hack/bench/instructions.sh)
+    valgrind prometheus) # valgrind: callgrind instructions per frame (hack/bench/instructions.sh); prometheus: promtool (hack/test-alerts.sh)
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
@@ -76,6 +76,11 @@ if ((${#MISSING[@]})); then
         vmq_die "apt-get install failed (log: $APTLOG)"
     fi
     rm -f "$APTLOG"
+    # the prometheus package's own daemon is not wanted (the tests start
+    # the Prometheus they need); without systemd nothing was started
+    if [[ " ${MISSING[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
+        systemctl disable --now prometheus 2>/dev/null || true
+    fi
 else
     vmq_log "all ${#PKGS[@]} packages already installed"
 fi

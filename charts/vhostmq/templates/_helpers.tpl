@@ -56,3 +56,15 @@ vhostmq.checkUplink refuses uplink values that cannot work, naming the value.
 {{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the af_xdp uplink (frames up to 3840 bytes: MTU at most 3822)" (int $n.mtu)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Scrape settings of the chart's monitors: the series' own namespace/pod
+labels (the VM's pod) win over the target's, and the node's name is
+`node`, which the alerts join on.
+*/}}
+{{- define "vhostmq.scrapeLabels" -}}
+honorLabels: true
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+{{- end -}}
