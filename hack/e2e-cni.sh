@@ -536,7 +536,9 @@ EOF
     CTD_PID=$VMQ_BG_PID
     vmqc_poll 30 0.1 timeout 5 ctr -a "$CTD_SOCK" version >/dev/null 2>&1 ||
         { tail -n 20 "$CTD/containerd.log" >&2; vmq_die "our containerd did not start (log $CTD/containerd.log)"; }
-    (VMQC_CTR_SOCK=$CTD_SOCK && vmqc_import "$VMQC_IMAGES/pause.tar")
+    # Debian's containerd here, so its own ctr (the cluster's ctr 2.x
+    # speaks an API containerd 1.6 lacks)
+    (VMQC_CTR_SOCK=$CTD_SOCK && VMQC_CTR=$(command -v ctr) && vmqc_import "$VMQC_IMAGES/pause.tar")
     MS[containerd]=$(($(now_ms) - t))
     pass "containerd $(containerd --version | awk '{ print $3 }') up on \$WORK/ctd/containerd.sock, $VMQC_PAUSE_IMAGE imported (${MS[containerd]} ms)"
 

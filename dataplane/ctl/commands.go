@@ -119,6 +119,18 @@ var commands = []*command{
 		setup:   handoffSetup,
 	},
 	{
+		name:    "top",
+		args:    "[--interval D] [--once]",
+		summary: "a full-screen view of ports, queue pairs or workers, refreshed every --interval",
+		details: "Rates are over the last refresh. Keys: p ports, u queue pairs, w workers, tab the\n" +
+			"next view, s sort by the next column (marked *), r reverse, q quit. PORTS lists\n" +
+			"drops per second by reason, stalls (the watchdog's, since the port was made) and\n" +
+			"frames held per second at their source for a full RX ring. It ends when the agent\n" +
+			"goes away, exit status 3. --once prints one screen to stdout and exits.",
+		maxArgs: 0,
+		setup:   topSetup,
+	},
+	{
 		name:    "health",
 		args:    "[--watch]",
 		summary: "agent and slot health; --watch streams changes until interrupted",

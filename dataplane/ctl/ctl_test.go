@@ -224,6 +224,8 @@ func TestCommands(t *testing.T) {
 		{name: "stats-wide", args: []string{"stats", "-o", "wide"}},
 		{name: "stats-port", args: []string{"stats", "vm2-net0", "--interval", "2s"}},
 		{name: "stats-counters", args: []string{"stats", "--interval", "0"}},
+		{name: "top-once", args: []string{"top", "--once", "--interval", "2s"}},
+		{name: "help-top", args: []string{"top", "-h"}},
 		{name: "stats-json", args: []string{"stats", "-o", "json"}, json: func(t *testing.T, out string) {
 			v := checkJSON[statsJSON](t, out)
 			if v.IntervalSeconds != 1 || len(v.Ports) != 2 || len(v.Ports[0].Queues) != 4 {

@@ -23,6 +23,7 @@ var offloadKinds = [3]string{"gso_whole", "gso_segmented", "csum_software"}
 type counters struct {
 	rxPkts, rxBytes, txPkts, txBytes uint64
 	kicks, calls, busyNs, bursts     uint64
+	stalls, held                     uint64
 	drops                            [len(dropReasons)]uint64
 	offload                          [len(offloadKinds)]uint64
 }
@@ -33,6 +34,7 @@ func queueCounters(q *agentv1.QueueStats) counters {
 		rxPkts: q.GetRx().GetPackets(), rxBytes: q.GetRx().GetBytes(),
 		txPkts: q.GetTx().GetPackets(), txBytes: q.GetTx().GetBytes(),
 		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(), bursts: q.GetBursts(),
+		stalls: q.GetStalls(), held: q.GetHeld(),
 		drops:   [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(), d.GetBadOffload()},
 		offload: [...]uint64{o.GetGsoWhole(), o.GetGsoSegmented(), o.GetCsumSoftware()},
 	}
@@ -47,6 +49,8 @@ func (c *counters) add(o counters) {
 	c.calls += o.calls
 	c.busyNs += o.busyNs
 	c.bursts += o.bursts
+	c.stalls += o.stalls
+	c.held += o.held
 	for i := range c.drops {
 		c.drops[i] += o.drops[i]
 	}
@@ -68,7 +72,7 @@ func (c counters) since(prev counters) counters {
 		rxPkts: d(c.rxPkts, prev.rxPkts), rxBytes: d(c.rxBytes, prev.rxBytes),
 		txPkts: d(c.txPkts, prev.txPkts), txBytes: d(c.txBytes, prev.txBytes),
 		kicks: d(c.kicks, prev.kicks), calls: d(c.calls, prev.calls), busyNs: d(c.busyNs, prev.busyNs),
-		bursts: d(c.bursts, prev.bursts),
+		bursts: d(c.bursts, prev.bursts), stalls: d(c.stalls, prev.stalls), held: d(c.held, prev.held),
 	}
 	for i := range c.drops {
 		out.drops[i] = d(c.drops[i], prev.drops[i])

@@ -238,16 +238,20 @@ step "(a) charts/vhostmq renders and passes server-side validation"
 helm=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 [[ -x $helm ]] || "$HERE/../manifests.sh" >/dev/null
 chart_ns=vhostmq-chart-check
-chart_check() {
+chart_check() { # SETS: the chart rendered with them, validated by the API server
     k create namespace "$chart_ns" >/dev/null 2>&1 || true
     "$helm" template vhostmq "$HERE/../../charts/vhostmq" --namespace "$chart_ns" --kube-version 1.37.2 \
-        --set metrics.enabled=true >"$work/chart.yaml" || return 1
+        --set "metrics.enabled=true,metrics.scrapeAnnotations=true${1:+,$1}" >"$work/chart.yaml" || return 1
     k apply --dry-run=server -f "$work/chart.yaml" >"$work/chart-dryrun.log" 2>&1
 }
-chart_ok=0
-chart_check && chart_ok=1
-check "(a) helm template | kubectl apply --dry-run=server: $(grep -c '^kind:' "$work/chart.yaml" 2>/dev/null || echo 0) objects valid" test "$chart_ok" = 1
-((chart_ok)) || sed 's/^/    /' "$work/chart-dryrun.log" 2>/dev/null || true
+# each uplink mode (host network and the capabilities it needs) and DRA
+for sets in "" "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap" \
+    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp" "dra.enabled=true"; do
+    chart_ok=0
+    chart_check "$sets" && chart_ok=1
+    check "(a) helm template ${sets:+--set $sets }| kubectl apply --dry-run=server: $(grep -c '^kind:' "$work/chart.yaml" 2>/dev/null || echo 0) objects valid" test "$chart_ok" = 1
+    ((chart_ok)) || sed 's/^/    /' "$work/chart-dryrun.log" 2>/dev/null || true
+done
 k delete namespace "$chart_ns" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 
 # pod NAME NETWORKS EXTRA_ANNOTATION_LINE: a busybox pod asking for 4 queue pairs

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# What an operator watches, against a real dataplane under traffic: a DPDK
+# virtio-user frontend (dpdk-testpmd, flowgen, 2 queue pairs) sends on port
+# "a" to a MAC no port has: the one fault, every frame dropped as
+# no_destination.
+#
+# The chart's alerts: a real Prometheus (Debian's package) scrapes the
+# dataplane every second. Asserted:
+#   - the scrape target is up, and the dataplane's series are there with the
+#     `node` label the chart's monitors add;
+#   - all six rules of charts/vhostmq/files/alerts.yaml evaluate (health ok);
+#   - VhostmqDropsHigh fires, for port a, reason no_destination, and no other
+#     alert does (no stall, every worker healthy, the port connected, and no
+#     kube-state-metrics series, so the Kubernetes alerts stay quiet).
+# The rules run as they are but with every `for:` set to 0s (a `for` of 10
+# minutes is what promtool's tests cover: hack/test-alerts.sh).
+#
+# `vhostmqctl top` in tmux (send-keys, capture-pane), 160x30: the screen
+# lists port a with its rates and drops by reason; u shows its 2 queue
+# pairs, w the workers, s marks a sort column; q ends it with status 0;
+# started again, it ends by itself, status 3 (the agent cannot be reached),
+# naming the socket, when the dataplane is stopped.
+#
+# Usage: hack/e2e-observe.sh [--keep DIR]
+# Environment: VHOSTMQ_DATAPLANE (hack/lib.sh)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/lib.sh"
+VMQ_TAG=e2e-observe
+
+WORK=""
+while (($#)); do
+    case $1 in
+        --keep) WORK=$2; shift 2 ;;
+        -h | --help) vmq_usage "$0"; exit 0 ;;
+        *) vmq_die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+vmq_need_root
+for c in prometheus promtool dpdk-testpmd jq curl python3 tmux; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-observe.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_init
+T0=$(vmq_now)
+SECS=300
+MAC_A=02:76:6d:71:00:0a
+# two free loopback ports: the dataplane's metrics, Prometheus' API
+read -r MPORT PPORT < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+
+# ------------------------------------------------------------------ dataplane
+VMQ_SOCK_ROLE=server
+vmq_ports_reset
+vmq_port_add a "$WORK/a.sock" 2 "$MAC_A"
+vmq_write_config "$WORK/dataplane.yaml" "$WORK/stats.json"
+echo "metricsAddress: 127.0.0.1:$MPORT" >>"$WORK/dataplane.yaml"
+vmq_backend_start "$WORK" "$WORK/dataplane.yaml" "$WORK/stats.json" "$SECS"
+read -r -a mem <<<"$(vmq_dpdk_mem_args 512)"
+prefix=vmq$$prom
+vmq_dpdk_track "$prefix"
+# flowgen sends to 00:01:02:03:04:01 (DPDK 22.11 ignores --eth-peer): no port
+# has it and there is no other port to flood to
+vmq_bg "$WORK/testpmd.log" "$SECS" stdbuf -oL dpdk-testpmd -l 0,1 --main-lcore 1 --no-pci "${mem[@]}" \
+    --file-prefix="$prefix" --vdev "net_virtio_user0,path=$WORK/a.sock,queues=2,mac=$MAC_A" -- \
+    --nb-cores=1 --rxq=2 --txq=2 --port-topology=loop --forward-mode=flowgen --total-num-mbufs=32768 --stats-period=3600
+FE_PID=$VMQ_BG_PID
+vmq_wait_log "$WORK/testpmd.log" 'packet forwarding - ports=' 60 "$FE_PID" || vmq_die "testpmd did not start forwarding (log $WORK/testpmd.log)"
+
+# ------------------------------------------------------------------ Prometheus
+# the rules with every `for:` at 0s
+sed -E 's/^( +for:) .*/\1 0s/' "$VMQ_REPO_ROOT/charts/vhostmq/files/alerts.yaml" >"$WORK/alerts.yaml"
+promtool check rules "$WORK/alerts.yaml" >/dev/null || vmq_die "promtool check rules $WORK/alerts.yaml failed"
+cat >"$WORK/prometheus.yml" <<EOF
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [$WORK/alerts.yaml]
+scrape_configs:
+  - job_name: vhostmq
+    honor_labels: true
+    static_configs: [{targets: ["127.0.0.1:$MPORT"]}]
+    # what the chart's monitors do with __meta_kubernetes_pod_node_name
+    relabel_configs: [{target_label: node, replacement: e2e-node}]
+EOF
+promtool check config "$WORK/prometheus.yml" >/dev/null || vmq_die "promtool check config failed"
+vmq_bg "$WORK/prometheus.log" "$SECS" prometheus --config.file "$WORK/prometheus.yml" --storage.tsdb.path "$WORK/tsdb" \
+    --web.listen-address "127.0.0.1:$PPORT" --log.level warn
+PROM_PID=$VMQ_BG_PID
+vmq_log "$(prometheus --version 2>&1 | head -n 1); pid $PROM_PID on 127.0.0.1:$PPORT, scraping 127.0.0.1:$MPORT"
+api() { curl -fsS --max-time 5 "http://127.0.0.1:$PPORT/api/v1/$1"; }
+query() { curl -fsS --max-time 5 "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" | jq -c '.data.result'; }
+firing() { api alerts | jq -c '[.data.alerts[] | select(.state == "firing") | {alertname: .labels.alertname, port: .labels.port, reason: .labels.reason, node: .labels.node}] | sort_by(.alertname)'; }
+
+# poll SECS INTERVAL CMD...: until CMD succeeds
+poll() {
+    local end=$(($(date +%s) + $1)) iv=$2
+    shift 2
+    until "$@"; do
+        (($(date +%s) < end)) || return 1
+        sleep "$iv"
+    done
+}
+target_up() { [[ $(api targets | jq -r '[.data.activeTargets[] | select(.labels.job == "vhostmq") | .health] | join(",")') == up ]]; }
+if poll 60 0.5 target_up; then
+    vmq_ok "the scrape target 127.0.0.1:$MPORT is up"
+else
+    vmq_fail "the scrape target is not up: $(api targets | jq -c '.data.activeTargets[] | {health, lastError}')"
+fi
+drops_firing() { [[ $(firing | jq -r '[.[] | select(.alertname == "VhostmqDropsHigh")] | length') -gt 0 ]]; }
+if poll 90 1 drops_firing; then
+    vmq_ok "VhostmqDropsHigh fires after $(vmq_elapsed "$T0") s"
+else
+    vmq_fail "VhostmqDropsHigh did not fire within 90 s"
+fi
+sleep 3 # a few more evaluations
+F=$(firing)
+vmq_log "firing: $F"
+want='[{"alertname":"VhostmqDropsHigh","port":"a","reason":"no_destination","node":"e2e-node"}]'
+if [[ $(jq -cS . <<<"$F") == "$(jq -cS . <<<"$want")" ]]; then
+    vmq_ok "exactly one alert fires: VhostmqDropsHigh for port a, reason no_destination, node e2e-node"
+else
+    vmq_fail "firing alerts $F, want $want"
+fi
+RULES=$(api rules | jq -c '[.data.groups[].rules[] | {name, health, state, lastError}]')
+echo "$RULES" | jq -r '.[] | "  rule \(.name): health \(.health), state \(.state)\(if .lastError != "" then ", error " + .lastError else "" end)"'
+if [[ $(jq -r 'length' <<<"$RULES") == 6 && $(jq -r '[.[] | select(.health == "ok")] | length' <<<"$RULES") == 6 ]]; then
+    vmq_ok "all 6 rules evaluate against the real series (health ok)"
+else
+    vmq_fail "rules not all evaluated: $RULES"
+fi
+for m in vhostmq_queue_drops_total vhostmq_queue_stalls_total vhostmq_worker_healthy vhostmq_port_connected vhostmq_slots; do
+    n=$(query "count($m{node=\"e2e-node\"})" | jq -r '.[0].value[1] // 0')
+    if ((n > 0)); then vmq_ok "$m: $n series with node=e2e-node"; else vmq_fail "$m: no series with node=e2e-node"; fi
+done
+ratio=$(query 'sum by (reason) (rate(vhostmq_queue_drops_total{port="a"}[1m])) / scalar(sum(rate(vhostmq_queue_packets_total{port="a"}[1m])))' |
+    jq -r '[.[] | select((.value[1] | tonumber) > 0) | "\(.metric.reason) \(.value[1] | tonumber * 100 | floor)%"] | join(", ")')
+vmq_log "port a's drops by reason over its frames (1 m): ${ratio:-none}"
+
+vmq_stop "$PROM_PID"
+
+# ------------------------------------------------------------------ vhostmqctl top
+CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
+[[ -x $CTL ]] || vmq_die "$CTL not found: run make build"
+TMUX_SOCK=$WORK/tmux.sock
+tm() { tmux -S "$TMUX_SOCK" "$@"; }
+screen() { tm capture-pane -p -t top 2>/dev/null || true; }
+shows() { screen | grep -qE "$1"; }
+# top in a detached 100x30 session; its exit status goes to a file
+start_top() {
+    rm -f "$WORK/top.rc"
+    tm new-session -d -s top -x 160 -y 30 \
+        "$CTL --socket $WORK/api.sock top --interval 1s 2>$WORK/top.err; echo \$? >$WORK/top.rc; sleep 30"
+}
+ended() { [[ -s $WORK/top.rc ]]; }
+start_top
+if poll 15 0.3 shows '^a +- +yes +2 +[0-9.]+ [kM]?pps .*no_destination'; then
+    vmq_ok "top: port a with its rates and its drops by reason"
+else
+    vmq_fail "top: no line for port a with rates and no_destination drops"
+fi
+screen | sed 's/^/    | /' | head -n 8
+tm send-keys -t top u
+if poll 5 0.2 shows 'view: queues' && [[ $(screen | grep -cE '^a +[01] +[^ ]+ +[0-9]+ +[0-9.]+ [kM]?pps') == 2 ]]; then
+    vmq_ok "top: u shows port a's 2 queue pairs with their CPUs and rates"
+else
+    vmq_fail "top: the queues view after u"; screen | sed 's/^/    | /'
+fi
+tm send-keys -t top s
+if poll 5 0.2 shows 'sort: RX PPS, largest first' && shows 'RX PPS\*'; then
+    vmq_ok "top: s sorts by the next column, marked with *"
+else
+    vmq_fail "top: sorting after s"; screen | sed 's/^/    | /' | head -n 4
+fi
+tm send-keys -t top w
+if poll 5 0.2 shows 'view: workers' && shows '^CPU +NUMA +PAIRS +BUSY +UPLINK'; then
+    vmq_ok "top: w shows the workers"
+else
+    vmq_fail "top: the workers view after w"
+fi
+tm send-keys -t top q
+if poll 5 0.2 ended && [[ $(cat "$WORK/top.rc") == 0 ]]; then
+    vmq_ok "top: q ends it, status 0"
+else
+    vmq_fail "top: q did not end it with status 0 (status $(cat "$WORK/top.rc" 2>/dev/null || echo none))"
+fi
+tm kill-server 2>/dev/null || true
+start_top
+poll 15 0.3 shows '^a ' || vmq_fail "top did not start again"
+vmq_stop "$FE_PID"
+vmq_backend_stop
+if poll 15 0.3 ended && [[ $(cat "$WORK/top.rc") == 3 ]] && grep -qF "$WORK/api.sock" "$WORK/top.err"; then
+    vmq_ok "top: the dataplane stopped, it ends by itself, status 3: $(head -c 200 "$WORK/top.err")"
+else
+    vmq_fail "top after the dataplane stopped: status $(cat "$WORK/top.rc" 2>/dev/null || echo 'none (still running)'), stderr $(head -c 300 "$WORK/top.err" 2>/dev/null)"
+fi
+tm kill-server 2>/dev/null || true
+
+echo
+echo "===== vhostmq e2e-observe ($(vmq_elapsed "$T0") s): Prometheus $(prometheus --version 2>&1 | awk 'NR == 1 { print $3 }'), firing $F; vhostmqctl top in tmux ====="
+echo "work dir: $WORK"
+if vmq_fails_report; then
+    echo "e2e-observe: PASSED"
+else
+    echo "e2e-observe: FAILED"
+    exit 1
+fi
