@@ -38,7 +38,7 @@ const (
 	LabelPodNamespace = "k8s.pod.namespace"
 	LabelPodName      = "k8s.pod.name"
 	LabelPodUID       = "k8s.pod.uid"
-	LabelInterface    = "interface"
+	LabelInterface    = agentv1.LabelInterface
 	LabelNetwork      = "network"
 
 	pendingDir = ".cni-pending-del"

@@ -229,9 +229,9 @@ func (m *topModel) rows() []topRow {
 	case viewPorts:
 		for _, pr := range s.rows(nil) {
 			r := rateOf(pr.delta)
-			var stalls, held uint64
+			var held uint64
 			if pr.delta != nil {
-				stalls, held = pr.delta.stalls, pr.delta.held
+				held = pr.delta.held
 			}
 			var reasons []string
 			for i, v := range r.drops {
@@ -249,7 +249,7 @@ func (m *topModel) rows() []topRow {
 					pps(r.rxPps), bps(r.rxBps), pps(r.txPps), bps(r.txBps), perSecond(r.dropTotal),
 					count(pr.total.stalls), perSecond(perSec(held)), strings.Join(reasons, ", ")},
 				vals: map[string]float64{"rx": r.rxPps, "rxb": r.rxBps, "tx": r.txPps, "txb": r.txBps, "drop": r.dropTotal,
-					"stalls": float64(stalls) + float64(pr.total.stalls)/1e9, "held": perSec(held)}})
+					"stalls": float64(pr.total.stalls), "held": perSec(held)}})
 		}
 	case viewQueues:
 		for _, pr := range s.rows(nil) {
@@ -298,19 +298,13 @@ func topSetup(fs *flag.FlagSet) runFunc {
 		}
 		m := &topModel{c: c, ctx: ctx, interval: interval}
 		if once {
-			for range 2 {
-				msg, ok := m.fetch().(topStatsMsg)
-				if ok && msg.err != nil {
-					return msg.err
-				}
-				m.push(msg.resp, msg.at)
-				if m.sample.prev == nil {
-					if err := c.sleep(ctx, interval); err != nil {
-						return err
-					}
-				}
+			// the same two samples, interval apart, as stats
+			s, err := c.sampleStats(ctx, nil, interval)
+			if err != nil {
+				return err
 			}
-			_, err := fmt.Fprint(c.stdout, m.View())
+			m.sample = s
+			_, err = fmt.Fprint(c.stdout, m.View())
 			return err
 		}
 		p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(ctx))

@@ -251,21 +251,20 @@ check "(b) no slice device is one of dp-c's slots" none_in_slice "${SLOTS[dp-c]:
 
 # ------------------------------------------------------------------ (c)
 step "(c) pods with claims for 4 and 2 queue pairs (ResourceClaimTemplates)"
-template() { # N: the ResourceClaimTemplate qpN, N queue pairs on one NUMA node
+claim_template() { # NAME EXACTLY [CONSTRAINTS]: a ResourceClaimTemplate with one request "queues"
     k apply -f - >/dev/null <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
-metadata: {name: qp$1, namespace: default}
+metadata: {name: $1, namespace: default}
 spec:
   spec:
     devices:
-      requests:
-        - name: queues
-          exactly: {deviceClassName: $DRIVER, allocationMode: ExactCount, count: $1}
-      constraints:
-        - {requests: [queues], matchAttribute: $DRIVER/numaNode}
+      requests: [{name: queues, exactly: $2}]
+      constraints: [${3:-}]
 EOF
 }
+# qpN: N slot devices on one NUMA node
+template() { claim_template "qp$1" "{deviceClassName: $DRIVER, allocationMode: ExactCount, count: $1}" "{requests: [queues], matchAttribute: $DRIVER/numaNode}"; }
 for n in 4 2 1; do template "$n"; done
 # the virt-launcher stand-in: QEMU on the socket the claim's metadata file
 # names, as many queues as the claim's slots (CDI env)
@@ -508,19 +507,8 @@ numa_slice() { # CAPACITY: one shareable device numa-0 with that capacity
 }
 check "(j) the slice: numa-0 only, capacity queuePairs 8, shareable" vmqc_poll 90 0.5 numa_slice 8
 echo "    devices: $(slice | jq -c '[.[] | {name, capacity}]')"
-cap_template() { # N: the ResourceClaimTemplate cqN, one share of N queue pairs
-    k apply -f - >/dev/null <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: cq$1, namespace: default}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: queues
-          exactly: {deviceClassName: $DRIVER, capacity: {requests: {queuePairs: "$1"}}}
-YAML
-}
+# cqN: one share of N queuePairs of a NUMA node's device
+cap_template() { claim_template "cq$1" "{deviceClassName: $DRIVER, capacity: {requests: {queuePairs: \"$1\"}}}"; }
 for n in 4 2 1; do cap_template "$n"; done
 plain_pod dp-c - 2 | k create -f - >/dev/null
 check "(j) device-plugin pod dp-c (2) Running" vmqc_poll 60 0.2 running dp-c

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/vhostmq/vhostmq/cni"
 	"github.com/vhostmq/vhostmq/dataplane/agent/agenttest"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/plugin"
@@ -189,7 +188,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	}
 	if _, err := r.node.Client.CreatePort(context.Background(), &agentv1.CreatePortRequest{Spec: &agentv1.PortSpec{
 		Id: "p1", SocketPath: filepath.Join(host, plugin.ClaimSocketName), Role: agentv1.Role_ROLE_SERVER, QueuePairs: 2,
-		Reservation: "claim/uid-1", Mac: "52:54:00:00:00:01", Labels: map[string]string{cni.LabelInterface: "net1"}}}); err != nil {
+		Reservation: "claim/uid-1", Mac: "52:54:00:00:00:01", Labels: map[string]string{agentv1.LabelInterface: "net1"}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.drv.describePorts(context.Background())

@@ -8,7 +8,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 
@@ -31,19 +30,20 @@ type StatusData struct {
 	MTU int `json:"mtu,omitempty"`
 }
 
-// claimPort is the port the CNI made on the claim's reservation (nil:
-// none yet, or the agent did not answer).
-func (d *Driver) claimPort(ctx context.Context, uid types.UID) *agentv1.Port {
+// claimPorts maps reservation owners ("claim/<uid>") to the ports the
+// CNI made on them (empty if the agent did not answer).
+func (d *Driver) claimPorts(ctx context.Context) map[string]*agentv1.Port {
+	out := map[string]*agentv1.Port{}
 	l, err := d.cfg.Agent.ListPorts(ctx, &agentv1.ListPortsRequest{})
 	if err != nil {
-		return nil
+		return out
 	}
 	for _, p := range l.GetPorts() {
-		if p.GetSpec().GetReservation() == plugin.ClaimOwner(string(uid)) {
-			return p
+		if r := p.GetSpec().GetReservation(); r != "" {
+			out[r] = p
 		}
 	}
-	return nil
+	return out
 }
 
 // networkData is a port's network data for the claim's status: the pod's
@@ -53,7 +53,7 @@ func networkData(p *agentv1.Port) *resourceapply.NetworkDeviceDataApplyConfigura
 		return nil
 	}
 	nd := resourceapply.NetworkDeviceData()
-	if ifname := p.GetSpec().GetLabels()[labelInterface]; ifname != "" {
+	if ifname := p.GetSpec().GetLabels()[agentv1.LabelInterface]; ifname != "" {
 		nd.WithInterfaceName(ifname)
 	}
 	if mac := p.GetSpec().GetMac(); mac != "" {
@@ -61,11 +61,6 @@ func networkData(p *agentv1.Port) *resourceapply.NetworkDeviceDataApplyConfigura
 	}
 	return nd
 }
-
-// labelInterface is the port label in which the CNI plugin names the
-// pod's interface (cni.LabelInterface, checked by a test; not imported:
-// the driver does not need the CNI plugin's dependencies).
-const labelInterface = "interface"
 
 // pendingStatus is a prepared claim whose status does not describe its
 // port yet (the CNI makes it after the claim is prepared).
@@ -84,37 +79,34 @@ func (d *Driver) describePorts(ctx context.Context) {
 		todo = append(todo, p)
 	}
 	d.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	ports := d.claimPorts(ctx)
 	for _, p := range todo {
-		if d.claimPort(ctx, p.claim.UID) == nil {
+		port := ports[plugin.ClaimOwner(string(p.claim.UID))]
+		if port == nil {
 			continue
 		}
-		port, err := d.publishStatus(ctx, p.claim, p.results, p.data)
-		if err != nil {
+		if err := d.publishStatus(ctx, p.claim, p.results, p.data, port); err != nil {
 			d.log.Warn("the claim's network data was not written", "claim", p.claim.Namespace+"/"+p.claim.Name, "err", err)
 			continue
 		}
-		if port != nil {
-			d.mu.Lock()
-			delete(d.pending, p.claim.UID)
-			d.mu.Unlock()
-			d.log.Info("claim status: its port's network data", "claim", p.claim.Namespace+"/"+p.claim.Name, "port", port.GetSpec().GetId(), "mac", port.GetSpec().GetMac())
-		}
+		d.mu.Lock()
+		delete(d.pending, p.claim.UID)
+		d.mu.Unlock()
+		d.log.Info("claim status: its port's network data", "claim", p.claim.Namespace+"/"+p.claim.Name, "port", port.GetSpec().GetId(), "mac", port.GetSpec().GetMac())
 	}
 }
 
 // publishStatus writes the claim's device status: one entry per
 // allocated device, Ready, with StatusData, and with the network data of
-// the claim's port once the CNI made it. Server-side apply with the
-// driver as field manager, so other drivers' entries stay. It returns the
-// port it described (nil: none yet).
-func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, sd StatusData) (*agentv1.Port, error) {
-	if d.cfg.Kube == nil {
-		return nil, nil
-	}
-	port := d.claimPort(ctx, c.UID)
+// the claim's port (nil: the CNI has not made it yet). Server-side apply
+// with the driver as field manager, so other drivers' entries stay.
+func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, sd StatusData, port *agentv1.Port) error {
 	raw, err := json.Marshal(sd)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	now := metav1.Now()
 	status := resourceapply.ResourceClaimStatus()
@@ -134,5 +126,5 @@ func (d *Driver) publishStatus(ctx context.Context, c *resourceapi.ResourceClaim
 	}
 	claim := resourceapply.ResourceClaim(c.Name, c.Namespace).WithStatus(status)
 	_, err = d.cfg.Kube.ResourceV1().ResourceClaims(c.Namespace).ApplyStatus(ctx, claim, metav1.ApplyOptions{FieldManager: DriverName, Force: true})
-	return port, err
+	return err
 }

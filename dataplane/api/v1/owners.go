@@ -10,3 +10,8 @@ const (
 	OwnerAllocation = "alloc/" // + allocation directory (device plugin)
 	OwnerClaim      = "claim/" // + ResourceClaim UID (DRA driver)
 )
+
+// LabelInterface is the port label naming the pod's interface for the
+// port (the CNI plugin sets it; the DRA driver reports it in the claim's
+// status).
+const LabelInterface = "interface"
