@@ -36,12 +36,17 @@
 #   (h) everything deleted: 8 devices in the slice, allocatable 8, no
 #       reservation, nothing left in /var/run/vhostmq but api.sock, no CDI
 #       spec of ours
+#   (i) create -> Running of a busybox pod asking 2 queue pairs, through
+#       the device plugin and through a claim, interleaved rounds
+#   (j) helm upgrade to dra.devices=numa: one device per NUMA node whose
+#       consumable capacity queuePairs claims share; (c), (e) and (i) again
 # Ends with claim-to-Running times beside the device-plugin pod's and
 # "N passed, N failed"; exits non-zero if anything failed.
 #
 # Usage: hack/cluster/test-dra.sh [--keep]
 # Environment: VHOSTMQ_TEST_BIN_DIR (as test-cni.sh), VHOSTMQ_TEST_DRA_DIR
-# (default /run/vhostmq-test-dra), VHOSTMQ_TEST_GUEST_TIMEOUT=150
+# (default /run/vhostmq-test-dra), VHOSTMQ_TEST_GUEST_TIMEOUT=150,
+# VHOSTMQ_DRA_ROUNDS=3 (the timing rounds of (i) and (j))
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -468,8 +473,11 @@ check "(h) no CDI spec of $DRIVER or vhostmq.io in $VMQC_CDI_DIR" vmqc_poll 30 0
 
 # ------------------------------------------------------------------ (i)
 # create -> Running of the same busybox pod asking 2 queue pairs either
-# way, one at a time on the idle node, 5 rounds interleaved
-step "(i) claim-to-Running vs device plugin: busybox pods asking 2 queue pairs, 5 rounds each"
+# way, one at a time on the idle node, ROUNDS rounds interleaved
+# (VHOSTMQ_DRA_ROUNDS, default 3)
+ROUNDS=${VHOSTMQ_DRA_ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || vmq_die "VHOSTMQ_DRA_ROUNDS: a positive count, not '$ROUNDS'"
+step "(i) claim-to-Running vs device plugin: busybox pods asking 2 queue pairs, $ROUNDS rounds each"
 declare -a T_DP=() T_DRA=() T_NUMA=()
 template 2
 timed_run() { # NAME CLAIM_TEMPLATE|- DP_COUNT|-: seconds from create to Running
@@ -480,13 +488,13 @@ timed_run() { # NAME CLAIM_TEMPLATE|- DP_COUNT|-: seconds from create to Running
     vmqc_secs "$t"
     k delete pod "$1" --grace-period 1 --wait=true --timeout 60s >/dev/null
 }
-for r in 1 2 3 4 5; do
+for ((r = 1; r <= ROUNDS; r++)); do
     T_DP+=("$(timed_run "dp-t$r" - 2)")
     T_DRA+=("$(timed_run "dra-t$r" qp2 -)")
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 all_ran() { [[ " ${T_DP[*]} ${T_DRA[*]} " != *" - "* ]]; }
-check "(i) all 10 pods ran (device plugin ${T_DP[*]} s; DRA ${T_DRA[*]} s)" all_ran
+check "(i) all $((2 * ROUNDS)) pods ran (device plugin ${T_DP[*]} s; DRA ${T_DRA[*]} s)" all_ran
 delete_ours
 all_back() { slice_n 8 && alloc_n 8 && [[ -z $(held) ]]; }
 check "(i) all capacity back after (slice 8, allocatable 8, no reservation)" vmqc_poll 60 0.5 all_back
@@ -539,9 +547,9 @@ echo "    cap-x: $(sched_msg cap-x)"
 k delete pod cap-x dp-c cap-a cap-b --wait=true --timeout 60s >/dev/null
 # as (i): one at a time on the idle node (dp-c's slots come back when the
 # device plugin reclaims its allocation; 2 of the 6 others are enough)
-for r in 1 2 3 4 5; do T_NUMA+=("$(timed_run "cap-t$r" cq2 -)"); done
+for ((r = 1; r <= ROUNDS; r++)); do T_NUMA+=("$(timed_run "cap-t$r" cq2 -)"); done
 numa_ran() { [[ " ${T_NUMA[*]} " != *" - "* ]]; }
-check "(j) 5 pods with a share of 2 ran one at a time (${T_NUMA[*]} s)" numa_ran
+check "(j) $ROUNDS pods with a share of 2 ran one at a time (${T_NUMA[*]} s)" numa_ran
 k delete resourceclaimtemplates.resource.k8s.io cq4 cq2 cq1 --ignore-not-found >/dev/null
 numa_back() { numa_slice 8 && alloc_n 8 && [[ -z $(held) ]]; }
 check "(j) all capacity back (numa-0 8, allocatable 8, no reservation)" vmqc_poll 60 0.5 numa_back
@@ -550,7 +558,7 @@ echo "--- summary"
 echo "cluster bring-up: $BRINGUP"
 echo "claim-to-Running (create -> Running): dra-a (QEMU, claim of 4, CNI) ${T_RUN[dra-a]:--} s, dra-b (claim of 2) ${T_RUN[dra-b]:--} s, dra-x (busybox, claim of 1, once freed) ${T_RUN[dra-x]:--} s"
 echo "device plugin: dp-c (busybox, 2 queue pairs) ${T_RUN[dp-c]:--} s; test-cni.sh's QEMU pods are the device-plugin path's with CNI"
-echo "(i) create -> Running, busybox asking 2 queue pairs, median of 5: device plugin $(median "${T_DP[@]}") s (${T_DP[*]}), DRA claim of 2 slot devices $(median "${T_DRA[@]}") s (${T_DRA[*]})"
+echo "(i) create -> Running, busybox asking 2 queue pairs, median of $ROUNDS: device plugin $(median "${T_DP[@]}") s (${T_DP[*]}), DRA claim of 2 slot devices $(median "${T_DRA[@]}") s (${T_DRA[*]})"
 echo "(j) the same with dra.devices=numa, a share of 2 queuePairs: $(median "${T_NUMA[@]}") s (${T_NUMA[*]}); cap-a (4) ${T_RUN[cap-a]:--} s, cap-b (2) ${T_RUN[cap-b]:--} s"
 echo "test time: $(vmqc_secs "$t_test") s"
 echo "$passed passed, $failed failed"

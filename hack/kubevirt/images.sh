@@ -38,10 +38,10 @@
 #   * /var/run -> ../run, relative (Debian's is absolute): virt-handler
 #     makes a migration's source sockets in the launcher's /var/run through
 #     /proc/<pid>/root, where an absolute link resolves in its own root;
-#   * /usr/bin/qemu-system-x86_64: a shim that runs libvirt's "-accel tcg"
-#     as tcg,thread=single for guests with several vCPUs (QEMU 10.0's
-#     multi-threaded TCG aborts booting them, iotlb_to_section assertion),
-#     then execs the real binary (.bin);
+#   * /usr/bin/qemu-system-x86_64: qemu-tcg-shim, which runs libvirt's
+#     "-accel tcg" as tcg,thread=single for guests with several vCPUs (QEMU
+#     10.0's multi-threaded TCG aborts booting them, iotlb_to_section
+#     assertion), then execs the real binary (.bin);
 #   * virt-launcher-monitor gets cap_net_bind_service=+ep (KubeVirt's image
 #     has it; without it "fork/exec /usr/bin/virt-launcher: operation not
 #     permitted"); the layer keeps file capabilities.
@@ -146,7 +146,7 @@ done
 KVSRC=$(vmkv_src)
 kv_stamp=$({
     cat "$PKGS_ROOT/.stamp"
-    sha256sum "$0" "$HERE/lib.sh" "$VMKV_BIN"/* "$KVSRC/cmd/virt-launcher/qemu.conf" \
+    sha256sum "$0" "$HERE/lib.sh" "$HERE/qemu-tcg-shim" "$VMKV_BIN"/* "$KVSRC/cmd/virt-launcher/qemu.conf" \
         "$KVSRC/cmd/virt-launcher/virtqemud.conf" "$KVSRC/cmd/virt-launcher/nsswitch.conf" \
         "$KVSRC/cmd/virt-launcher/node-labeller/node-labeller.sh" | cut -d' ' -f1
 } | sha256sum | cut -c1-32)
@@ -211,41 +211,7 @@ exec /usr/bin/virt-handler.bin "$@"
 EOF
     chmod 0755 "$ROOT/usr/bin/virt-handler"
     mv "$ROOT/usr/bin/qemu-system-x86_64" "$ROOT/usr/bin/qemu-system-x86_64.bin"
-    cat >"$ROOT/usr/bin/qemu-system-x86_64" <<'EOF'
-#!/bin/bash
-# Test bed only: QEMU 10.0's multi-threaded TCG aborts while a guest with
-# several vCPUs boots ("iotlb_to_section: Assertion `section_index <
-# d->map.sections_nb' failed": a vCPU thread uses the memory map another
-# vCPU is replacing; three aborts in a row for a 4-vCPU guest in one CI run
-# on 2026-12-02).  Libvirt has no domain setting for it, so for a guest
-# with more than one vCPU (-smp N, N > 1) the accelerator libvirt asks for
-# ("-accel tcg") runs its vCPUs round-robin on one thread
-# (thread=single), where that race cannot happen; a one-vCPU guest keeps
-# QEMU's default.  Probes (-machine none,accel=...) and KVM pass through
-# untouched.  The comm stays "qemu-system-x86" (virt-launcher finds QEMU
-# by that prefix).
-smp=1
-prev=
-for a in "$@"; do
-    [ "$prev" = -smp ] && smp=${a%%,*}
-    prev=$a
-done
-args=()
-prev=
-for a in "$@"; do
-    if [ "$prev" = -accel ] && [ "$smp" != 1 ]; then
-        case $a in
-            tcg) a=tcg,thread=single ;;
-            tcg,*thread=*) ;;
-            tcg,*) a=$a,thread=single ;;
-        esac
-    fi
-    args+=("$a")
-    prev=$a
-done
-exec -a "$0" /usr/bin/qemu-system-x86_64.bin "${args[@]}"
-EOF
-    chmod 0755 "$ROOT/usr/bin/qemu-system-x86_64"
+    install -m 0755 "$HERE/qemu-tcg-shim" "$ROOT/usr/bin/qemu-system-x86_64"
     setcap cap_net_bind_service=+ep "$ROOT/usr/bin/virt-launcher-monitor"
     # virt-handler reaches a launcher's /var/run through /proc/<pid>/root
     # (the migration proxy's source sockets): Debian's absolute /var/run ->

@@ -313,6 +313,9 @@ spec:
       annotations:
         vhostmq.io/polling: adaptive
     spec:
+      # test bed only: the project's guest has no ACPI power-button
+      # handler, so a delete would wait out KubeVirt's grace period
+      terminationGracePeriodSeconds: 5
       domain:
         cpu:
           cores: $2
