@@ -15,6 +15,13 @@
 # The rules run as they are but with every `for:` set to 0s (a `for` of 10
 # minutes is what promtool's tests cover: hack/test-alerts.sh).
 #
+# vhostmqctl's shell completion, with two more ports made through the API:
+# bash (cobra's script under Debian's bash-completion, its completion
+# function called as bash does) lists the agent's port IDs after
+# `port show`, the ones not yet given after `stats ID`, the output formats
+# after -o and the subcommands after `port`; fish's `complete -C` lists
+# the port IDs after `port del`; zsh's script loads under compinit.
+#
 # `vhostmqctl top` in tmux (send-keys, capture-pane), 160x30: the screen
 # lists port a with its rates and drops by reason; u shows its 2 queue
 # pairs, w the workers, s marks a sort column; q ends it with status 0;
@@ -55,7 +62,7 @@ VMQ_SOCK_ROLE=server
 vmq_ports_reset
 vmq_port_add a "$WORK/a.sock" 2 "$MAC_A"
 vmq_write_config "$WORK/dataplane.yaml" "$WORK/stats.json"
-echo "metricsAddress: 127.0.0.1:$MPORT" >>"$WORK/dataplane.yaml"
+printf "metricsAddress: 127.0.0.1:%s\nsocketRoot: %s\n" "$MPORT" "$WORK" >>"$WORK/dataplane.yaml" # API ports under WORK
 vmq_backend_start "$WORK" "$WORK/dataplane.yaml" "$WORK/stats.json" "$SECS"
 read -r -a mem <<<"$(vmq_dpdk_mem_args 512)"
 prefix=vmq$$prom
@@ -129,7 +136,9 @@ else
     vmq_fail "rules not all evaluated: $RULES"
 fi
 for m in vhostmq_queue_drops_total vhostmq_queue_stalls_total vhostmq_worker_healthy vhostmq_port_connected vhostmq_slots; do
-    n=$(query "count($m{node=\"e2e-node\"})" | jq -r '.[0].value[1] // 0')
+    # over the last 30 s: one scrape missed on a loaded machine (1 s interval
+    # and timeout) marks the target's series stale at that instant
+    n=$(query "count(last_over_time($m{node=\"e2e-node\"}[30s]))" | jq -r '.[0].value[1] // 0')
     if ((n > 0)); then vmq_ok "$m: $n series with node=e2e-node"; else vmq_fail "$m: no series with node=e2e-node"; fi
 done
 ratio=$(query 'sum by (reason) (rate(vhostmq_queue_drops_total{port="a"}[1m])) / scalar(sum(rate(vhostmq_queue_packets_total{port="a"}[1m])))' |
@@ -138,9 +147,61 @@ vmq_log "port a's drops by reason over its frames (1 m): ${ratio:-none}"
 
 vmq_stop "$PROM_PID"
 
-# ------------------------------------------------------------------ vhostmqctl top
+# ------------------------------------------------------------------ shell completion
 CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
 [[ -x $CTL ]] || vmq_die "$CTL not found: run make build"
+API=$WORK/api.sock
+# two more ports, made through the API, for the completion to list
+for p in vm-blue vm-green; do
+    "$CTL" --socket "$API" port add "$p" --socket "$WORK/$p.sock" --role server \
+        --label k8s.pod.namespace=prod --label "k8s.pod.name=virt-launcher-$p" >/dev/null ||
+        vmq_die "vhostmqctl port add $p failed"
+done
+IDS=$("$CTL" --socket "$API" -o json port list | jq -r '[.ports[].id] | sort | join(" ")')
+mkdir -p "$WORK/completion/bin"
+ln -sf "$CTL" "$WORK/completion/bin/vhostmqctl" # the scripts call the program by its name
+CPATH=$WORK/completion/bin:$PATH
+for sh in bash zsh fish; do "$CTL" completion "$sh" >"$WORK/completion/vhostmqctl.$sh"; done
+# complete_bash WORD...: COMPREPLY of the function `complete -p vhostmqctl`
+# names (cobra's script, with Debian's bash-completion loaded as in a login
+# shell) for the command line WORD... (the last word is the one completed),
+# one a line, descriptions cut off
+complete_bash() {
+    PATH=$CPATH bash --norc --noprofile -c '
+        shopt -s extglob progcomp
+        source /usr/share/bash-completion/bash_completion
+        source "$0"
+        spec=$(complete -p vhostmqctl) || exit 1
+        fn=$(sed -E "s/.* -F ([^ ]+) .*/\1/" <<<"$spec")
+        COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+        COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; COMP_TYPE=9; COMP_KEY=9
+        "$fn" vhostmqctl "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+        printf "%s\n" "${COMPREPLY[@]}"' "$WORK/completion/vhostmqctl.bash" "$@" 2>>"$WORK/completion/bash.err" |
+        awk '{ print $1 }' | sort | paste -sd' '
+}
+got=$(complete_bash vhostmqctl --socket "$API" port show "")
+if [[ $got == "$IDS" ]]; then
+    vmq_ok "bash completion (bash-completion $(dpkg-query -W -f='${Version}' bash-completion)): 'vhostmqctl --socket API port show <TAB>' lists the agent's ports: $got"
+else
+    vmq_fail "bash completion of port show: '$got', the agent has '$IDS' (stderr $WORK/completion/bash.err)"
+fi
+got=$(complete_bash vhostmqctl --socket "$API" stats vm-blue vm-g)
+check_eq() { if [[ $2 == "$3" ]]; then vmq_ok "$1: $2"; else vmq_fail "$1: '$2', want '$3'"; fi; }
+check_eq "bash completion: 'stats vm-blue vm-g<TAB>'" "$got" vm-green
+check_eq "bash completion: 'port list -o <TAB>'" "$(complete_bash vhostmqctl port list -o "")" "json table wide"
+check_eq "bash completion: 'port <TAB>'" "$(complete_bash vhostmqctl port "")" "add del list show"
+got=$(PATH=$CPATH fish --no-config -c "source $WORK/completion/vhostmqctl.fish; complete -C 'vhostmqctl --socket $API port del '" 2>&1 |
+    awk '{ print $1 }' | sort | paste -sd' ')
+check_eq "fish completion ($(fish --version 2>&1 | awk '{ print $NF }')): 'vhostmqctl --socket API port del <TAB>'" "$got" "$IDS"
+if zsh -n "$WORK/completion/vhostmqctl.zsh" &&
+    PATH=$CPATH zsh -f -c "autoload -U compinit && compinit -u -d $WORK/completion/zcompdump && source $WORK/completion/vhostmqctl.zsh && whence -w _vhostmqctl" | grep -q function; then
+    vmq_ok "zsh completion ($(zsh --version | awk '{ print $2 }')): the script parses, and defines _vhostmqctl under compinit"
+else
+    vmq_fail "zsh completion: $WORK/completion/vhostmqctl.zsh does not load"
+fi
+for p in vm-blue vm-green; do "$CTL" --socket "$API" port del "$p" >/dev/null || vmq_fail "vhostmqctl port del $p"; done
+
+# ------------------------------------------------------------------ vhostmqctl top
 TMUX_SOCK=$WORK/tmux.sock
 tm() { tmux -S "$TMUX_SOCK" "$@"; }
 screen() { tm capture-pane -p -t top 2>/dev/null || true; }
@@ -184,6 +245,9 @@ else
     vmq_fail "top: q did not end it with status 0 (status $(cat "$WORK/top.rc" 2>/dev/null || echo none))"
 fi
 tm kill-server 2>/dev/null || true
+# a server of its own: a new session on the socket of the one just killed
+# can meet it still exiting ("server exited unexpectedly")
+TMUX_SOCK=$WORK/tmux-2.sock
 start_top
 poll 15 0.3 shows '^a ' || vmq_fail "top did not start again"
 vmq_stop "$FE_PID"

@@ -2,9 +2,10 @@ package ctl
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"sort"
+
+	"github.com/spf13/pflag"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -30,7 +31,7 @@ type slotJSON struct {
 	ReservedBy string `json:"reserved_by,omitempty"`
 }
 
-func capacitySetup(*flag.FlagSet) runFunc {
+func capacitySetup(*pflag.FlagSet) runFunc {
 	return func(ctx context.Context, c *cli, _ []string) error {
 		capacity, err := call(ctx, c, agentv1.AgentClient.GetCapacity, &agentv1.GetCapacityRequest{})
 		if err != nil {

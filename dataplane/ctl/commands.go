@@ -2,20 +2,19 @@ package ctl
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
+
+	"github.com/spf13/pflag"
 )
 
 type runFunc func(ctx context.Context, c *cli, args []string) error
 
+// command is one vhostmqctl command; newRoot makes the cobra tree from
+// the list, a group (port) for each first word that is no command itself.
 type command struct {
 	name    string // "port add"
-	args    string // synopsis after the name
+	args    string // positional arguments (and required flags) after the name
 	summary string
-	details string // paragraph for help COMMAND
+	details string // paragraph for --help
 
 	minArgs, maxArgs int // positional arguments; maxArgs -1 = any number
 	// ownsSocketFlag: the command's --socket is its own (port add's
@@ -23,18 +22,26 @@ type command struct {
 	ownsSocketFlag bool
 	// setup adds the command's flags to fs and returns the command bound
 	// to them.
-	setup func(fs *flag.FlagSet) runFunc
+	setup func(fs *pflag.FlagSet) runFunc
+	// ports: the positional arguments are port IDs, completed from the
+	// agent's ports (at most maxArgs of them).
+	ports bool
+}
+
+// groups are the command words that only gather subcommands.
+var groups = map[string]string{
+	"port": "create, delete, list and show vhost-user ports",
 }
 
 var commands = []*command{
 	{
 		name:    "port add",
-		args:    "ID --socket PATH [flags]",
+		args:    "ID --socket PATH",
 		summary: "create a vhost-user port and show it",
 		details: "The same spec again shows the existing port (a repeated add is a no-op); a\n" +
 			"different spec for an existing ID fails. Here --socket is the port's vhost-user\n" +
-			"socket: name the agent's API socket with --api-socket, or before the command\n" +
-			"(vhostmqctl --socket API-PATH port add ...).",
+			"socket: name the agent's API socket with --api-socket, or with --socket before\n" +
+			"the command (vhostmqctl --socket API-PATH port add ...).",
 		minArgs: 1, maxArgs: 1, ownsSocketFlag: true,
 		setup: portAddSetup,
 	},
@@ -42,7 +49,7 @@ var commands = []*command{
 		name:    "port del",
 		args:    "ID",
 		summary: "delete a port (succeeds when it does not exist)",
-		minArgs: 1, maxArgs: 1,
+		minArgs: 1, maxArgs: 1, ports: true,
 		setup: portDelSetup,
 	},
 	{
@@ -58,12 +65,12 @@ var commands = []*command{
 		name:    "port show",
 		args:    "ID",
 		summary: "show a port: spec, status, labels, queue pair to slot and CPU",
-		minArgs: 1, maxArgs: 1,
+		minArgs: 1, maxArgs: 1, ports: true,
 		setup: portShowSetup,
 	},
 	{
 		name:    "queues",
-		args:    "[ID] [--interval D]",
+		args:    "[ID]",
 		summary: "per CPU slot: the port queue pairs it serves and their load",
 		details: "Like ovs-appctl dpif-netdev/pmd-rxq-show. WORKER is the CPU whose worker\n" +
 			"serves the pair (moved: the rebalancer took it off its slot's CPU). BUSY is\n" +
@@ -73,12 +80,12 @@ var commands = []*command{
 			"the rebalancer's settings and its last moves. --interval 0 shows the\n" +
 			"cumulative busy time and packet counters instead. -o wide adds OFFLOAD,\n" +
 			"whole/seg/csum for frames toward the guest (as in stats -o wide).",
-		maxArgs: 1,
-		setup:   queuesSetup,
+		maxArgs: 1, ports: true,
+		setup: queuesSetup,
 	},
 	{
 		name:    "queues rebalance",
-		args:    "[--window D]",
+		args:    "",
 		summary: "measure the queue loads now and move pairs between workers if that evens them out",
 		details: "Like ovs-appctl dpif-netdev/pmd-rxq-rebalance. The agent measures every pair's\n" +
 			"busy time over --window (default 1s), plans as the automatic rebalancer does\n" +
@@ -90,7 +97,7 @@ var commands = []*command{
 	},
 	{
 		name:    "stats",
-		args:    "[ID...] [--interval D]",
+		args:    "[ID...]",
 		summary: "per port and queue pair: packet and bit rates, drops by reason",
 		details: "Rates are measured between two samples --interval apart (timed by the agent's\n" +
 			"clock); --interval 0 prints the absolute counters. RX is toward the guest, TX\n" +
@@ -98,8 +105,8 @@ var commands = []*command{
 			"share of a CPU the pair took (summed over the pairs on a total line), and\n" +
 			"OFFLOAD, whole/seg/csum for frames toward the guest: GSO frames delivered\n" +
 			"whole, GSO frames segmented and checksums completed in software for it.",
-		maxArgs: -1,
-		setup:   statsSetup,
+		maxArgs: -1, ports: true,
+		setup: statsSetup,
 	},
 	{
 		name:    "capacity",
@@ -120,7 +127,7 @@ var commands = []*command{
 	},
 	{
 		name:    "top",
-		args:    "[--interval D] [--once]",
+		args:    "",
 		summary: "a full-screen view of ports, queue pairs or workers, refreshed every --interval",
 		details: "Rates are over the last refresh. Keys: p ports, u queue pairs, w workers, tab the\n" +
 			"next view, s sort by the next column (marked *), r reverse, q quit. PORTS lists\n" +
@@ -132,158 +139,10 @@ var commands = []*command{
 	},
 	{
 		name:    "health",
-		args:    "[--watch]",
+		args:    "",
 		summary: "agent and slot health; --watch streams changes until interrupted",
 		details: "With --watch, one line per update (one JSON object per line with -o json).",
 		maxArgs: 0,
 		setup:   healthSetup,
 	},
-}
-
-// synopsis is the command's name and arguments: "port add ID --socket PATH [flags]".
-func (cmd *command) synopsis() string { return strings.TrimSpace(cmd.name + " " + cmd.args) }
-
-func findCommand(name string) *command {
-	for _, cmd := range commands {
-		if cmd.name == name {
-			return cmd
-		}
-	}
-	return nil
-}
-
-// group lists the subcommands of a command group such as "port".
-func group(name string) []*command {
-	var cmds []*command
-	for _, cmd := range commands {
-		if g, _, ok := strings.Cut(cmd.name, " "); ok && g == name {
-			cmds = append(cmds, cmd)
-		}
-	}
-	return cmds
-}
-
-func subcommandNames(cmds []*command) []string {
-	var names []string
-	for _, cmd := range cmds {
-		_, sub, _ := strings.Cut(cmd.name, " ")
-		names = append(names, sub)
-	}
-	return names
-}
-
-// lookup finds the command args start with and returns the arguments after
-// its name.
-func lookup(args []string) (*command, []string, error) {
-	if len(args) >= 2 {
-		if cmd := findCommand(args[0] + " " + args[1]); cmd != nil {
-			return cmd, args[2:], nil
-		}
-	}
-	if cmd := findCommand(args[0]); cmd != nil {
-		return cmd, args[1:], nil
-	}
-	if subs := group(args[0]); len(subs) > 0 {
-		names := orList(subcommandNames(subs))
-		if len(args) == 1 || strings.HasPrefix(args[1], "-") {
-			return nil, nil, &usageError{fmt.Sprintf("%s: missing subcommand: %s", args[0], names), subs}
-		}
-		return nil, nil, &usageError{fmt.Sprintf("unknown command %q: %s takes %s", args[0]+" "+args[1], args[0], names), subs}
-	}
-	return nil, nil, usageErrorf("unknown command %q", args[0])
-}
-
-// help prints vhostmqctl help [COMMAND].
-func (c *cli) help(args []string) error {
-	if len(args) == 0 {
-		c.mainUsage(c.stdout)
-		return errHelp
-	}
-	name := strings.Join(args, " ")
-	if cmd := findCommand(name); cmd != nil {
-		c.commandUsage(c.stdout, cmd)
-		return errHelp
-	}
-	if subs := group(name); len(subs) > 0 {
-		for i, cmd := range subs {
-			if i > 0 {
-				fmt.Fprintln(c.stdout)
-			}
-			c.commandUsage(c.stdout, cmd)
-		}
-		return errHelp
-	}
-	return usageErrorf("help: unknown command %q", name)
-}
-
-func (c *cli) mainUsage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: %s [global flags] COMMAND [flags] [ARGS]\n\n", prog)
-	fmt.Fprintf(w, "%s operates the vhostmq node agent through its gRPC API socket.\n\n", prog)
-	fmt.Fprintln(w, "Commands:")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, cmd := range commands {
-		fmt.Fprintf(tw, "  %s\t%s\n", cmd.synopsis(), cmd.summary)
-	}
-	fmt.Fprintf(tw, "  help [COMMAND]\tthis help, or a command's flags\n")
-	tw.Flush()
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Global flags (before the command, or after it):")
-	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
-	(&cli{socket: DefaultSocket, output: "table", timeout: DefaultTimeout}).globalFlags(fs, true)
-	printFlags(w, fs, func(name string) bool { return name != "api-socket" && name != "output" })
-	fmt.Fprintln(w, "  --socket after 'port add' is the port's vhost-user socket: there, use --api-socket\n"+
-		"  or put --socket before the command. -o has the long form --output.")
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Run '%s help COMMAND' or '%s COMMAND -h' for a command's flags.\n", prog, prog)
-	fmt.Fprintln(w, "Exit status: 0 ok, 1 the request failed, 2 usage error, 3 cannot reach the agent.")
-}
-
-func (c *cli) commandUsage(w io.Writer, cmd *command) {
-	fmt.Fprintf(w, "Usage: %s %s\n\n", prog, cmd.synopsis())
-	summary := cmd.summary
-	fmt.Fprintf(w, "%s%s.\n", strings.ToUpper(summary[:1]), summary[1:])
-	if cmd.details != "" {
-		fmt.Fprintf(w, "\n%s\n", cmd.details)
-	}
-	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	cmd.setup(fs) // the command's own flags only: no globalFlags here
-	if hasFlags(fs) {
-		fmt.Fprintln(w, "\nFlags:")
-		printFlags(w, fs, func(string) bool { return true })
-	}
-	api := "--socket PATH"
-	if cmd.ownsSocketFlag {
-		api = "--api-socket PATH"
-	}
-	fmt.Fprintf(w, "\nGlobal flags: %s, -o table|wide|json, --timeout DURATION (see '%s help').\n", api, prog)
-}
-
-// printFlags prints the flags of fs that keep selects, one a line.
-func printFlags(w io.Writer, fs *flag.FlagSet, keep func(string) bool) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fs.VisitAll(func(f *flag.Flag) {
-		if !keep(f.Name) {
-			return
-		}
-		arg, usage := flag.UnquoteUsage(f)
-		name := flagName(f.Name)
-		if arg != "" {
-			name += " " + arg
-		}
-		switch f.DefValue {
-		case "", "0", "false", "0s":
-		default:
-			if !strings.Contains(usage, "(default") {
-				usage += " (default " + f.DefValue + ")"
-			}
-		}
-		fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
-	})
-	tw.Flush()
-}
-
-func hasFlags(fs *flag.FlagSet) bool {
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	return n > 0
 }

@@ -2,20 +2,20 @@
 // agent: it speaks the agent's gRPC API (dataplane/api/v1) over the agent's
 // unix socket and prints aligned tables for people or JSON for scripts.
 //
-// cmd/vhostmqctl only calls Run; everything else, flags included, is here so
-// that tests can drive the whole CLI against an in-process agent.
+// The commands are a cobra tree (flags, --help, shell completion with port
+// IDs from the agent). cmd/vhostmqctl only calls Run; everything else is
+// here so that tests can drive the whole CLI against an in-process agent.
 package ctl
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit codes of Run.
@@ -66,6 +66,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 // cli is the state of one Run.
 type cli struct {
 	stdout, stderr io.Writer
+	getenv         func(string) string
 	now            func() time.Time
 	sleep          func(context.Context, time.Duration) error
 
@@ -73,18 +74,21 @@ type cli struct {
 	output  string // table, wide or json
 	timeout time.Duration
 
-	cmd  *command // nil until the command is known
-	conn *conn    // nil until the first request
+	ran  bool  // a command's own code started (errors before are usage errors)
+	conn *conn // nil until the first request
 }
 
 // Run is the package-level Run with r's clock and sleep.
 func (r *Runner) Run(ctx context.Context, args []string) int {
-	c := &cli{stdout: r.Stdout, stderr: r.Stderr, now: r.Now, sleep: r.Sleep, output: "table", timeout: DefaultTimeout}
+	c := &cli{stdout: r.Stdout, stderr: r.Stderr, getenv: r.Getenv, now: r.Now, sleep: r.Sleep, output: "table", timeout: DefaultTimeout}
 	if c.stdout == nil {
 		c.stdout = io.Discard
 	}
 	if c.stderr == nil {
 		c.stderr = io.Discard
+	}
+	if c.getenv == nil {
+		c.getenv = os.Getenv
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -92,20 +96,17 @@ func (r *Runner) Run(ctx context.Context, args []string) int {
 	if c.sleep == nil {
 		c.sleep = sleepCtx
 	}
-	getenv := r.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	c.socket = getenv(EnvSocket)
-	if c.socket == "" {
-		c.socket = DefaultSocket
-	}
 	defer func() {
 		if c.conn != nil {
 			c.conn.close()
 		}
 	}()
-	return c.exit(c.run(ctx, args))
+	root := c.newRoot()
+	root.SetArgs(append([]string{}, args...)) // never nil: cobra would read os.Args
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	return c.exit(cmd, err)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -119,106 +120,36 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// errHelp: help was asked for and printed.
-var errHelp = errors.New("help")
-
-func (c *cli) run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.globalFlags(fs, true)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.mainUsage(c.stdout)
-			return errHelp
-		}
-		return usageErrorf("%s", flagError(err))
-	}
-	args = fs.Args()
-	if len(args) == 0 {
-		c.mainUsage(c.stderr)
-		return &usageError{}
-	}
-	if args[0] == "help" {
-		return c.help(args[1:])
-	}
-	if len(args) == 2 && len(group(args[0])) > 0 && (args[1] == "-h" || args[1] == "-help" || args[1] == "--help") {
-		return c.help(args[:1]) // port -h
-	}
-	cmd, rest, err := lookup(args)
-	if err != nil {
-		return err
-	}
-	c.cmd = cmd
-
-	fs = flag.NewFlagSet(prog+" "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.globalFlags(fs, !cmd.ownsSocketFlag)
-	run := cmd.setup(fs)
-	pos, err := parseInterspersed(fs, rest)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			c.commandUsage(c.stdout, cmd)
-			return errHelp
-		}
-		return usageErrorf("%s", flagError(err))
-	}
-	switch {
-	case len(pos) < cmd.minArgs:
-		return usageErrorf("missing %s", strings.Fields(cmd.args)[len(pos)])
-	case cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs:
-		return usageErrorf("unexpected argument %q", pos[cmd.maxArgs])
-	}
-	if c.socket == "" {
-		return usageErrorf("the agent's API socket path is empty (--socket)")
-	}
-	if !filepath.IsAbs(c.socket) {
-		if abs, err := filepath.Abs(c.socket); err == nil {
-			c.socket = abs
-		}
-	}
-	return run(ctx, c, pos)
-}
-
-// globalFlags adds the flags every command takes to fs. A command whose
-// own --socket means something else (port add) gets only --api-socket.
-func (c *cli) globalFlags(fs *flag.FlagSet, socket bool) {
-	if socket {
-		fs.StringVar(&c.socket, "socket", c.socket, "`PATH` of the agent's API socket (default $"+EnvSocket+", else "+DefaultSocket+")")
-	}
-	fs.StringVar(&c.socket, "api-socket", c.socket, "`PATH` of the agent's API socket (same as --socket)")
-	fs.Var(&enumValue{p: &c.output, allowed: []string{"table", "wide", "json"}}, "o", "`FORMAT` of the output: table, wide or json")
-	fs.Var(&enumValue{p: &c.output, allowed: []string{"table", "wide", "json"}}, "output", "`FORMAT` of the output (same as -o)")
-	fs.Var(&durationValue{p: &c.timeout}, "timeout", "time limit of each request, a `DURATION`; 0 means none")
-}
-
-// exit prints err and maps it to an exit code.
-func (c *cli) exit(err error) int {
-	if err == nil || errors.Is(err, errHelp) {
+// exit prints err, which cmd returned, and maps it to an exit code.
+func (c *cli) exit(cmd *cobra.Command, err error) int {
+	if err == nil {
 		return ExitOK
 	}
-	where := prog + ": "
-	if c.cmd != nil {
-		where += c.cmd.name + ": "
-	}
+	where := prog + ": " + exitContext(cmd)
 	var ue *usageError
 	var un *unreachableError
+	if !errors.As(err, &ue) && !c.ran {
+		// cobra's own errors come before any command runs: flags it
+		// could not parse before a command word, for one
+		ue = &usageError{msg: err.Error()}
+	}
 	switch {
-	case errors.As(err, &ue):
+	case ue != nil:
 		if ue.msg == "" {
 			return ExitUsage // the usage is printed already
 		}
 		fmt.Fprintf(c.stderr, "%s%s\n", where, ue.msg)
 		switch {
-		case len(ue.group) > 0:
-			for _, cmd := range ue.group {
-				fmt.Fprintf(c.stderr, "usage: %s %s\n", prog, cmd.synopsis())
+		case len(ue.usage) > 0:
+			for _, u := range ue.usage {
+				fmt.Fprintf(c.stderr, "usage: %s\n", u)
 			}
-		case c.cmd != nil:
-			fmt.Fprintf(c.stderr, "usage: %s %s\n", prog, c.cmd.synopsis())
-			fmt.Fprintf(c.stderr, "Run '%s help %s' for its flags.\n", prog, c.cmd.name)
+		case cmd != nil && cmd.HasParent():
+			fmt.Fprintf(c.stderr, "usage: %s\n", cmd.UseLine())
+			fmt.Fprintf(c.stderr, "Run '%s --help' for its flags.\n", cmd.CommandPath())
 		default:
-			fmt.Fprintf(c.stderr, "usage: %s [global flags] COMMAND [flags] [ARGS]\n", prog)
-			fmt.Fprintf(c.stderr, "Run '%s help' for the commands.\n", prog)
+			fmt.Fprintf(c.stderr, "usage: %s [flags] COMMAND [flags] [ARGS]\n", prog)
+			fmt.Fprintf(c.stderr, "Run '%s --help' for the commands.\n", prog)
 		}
 		return ExitUsage
 	case errors.As(err, &un):
@@ -237,7 +168,7 @@ func (c *cli) exit(err error) int {
 // usageError is a bad command line: exit code 2 with a usage line.
 type usageError struct {
 	msg   string
-	group []*command // print the usage of these commands (of a group like port)
+	usage []string // usage lines to print instead of the command's (a group's subcommands)
 }
 
 func (e *usageError) Error() string { return e.msg }

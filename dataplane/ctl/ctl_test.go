@@ -399,7 +399,7 @@ func TestIntervalAndHelp(t *testing.T) {
 		t.Errorf("exit %d, sleeps %v", res.code, res.sleeps)
 	}
 	help := runCLI(t, nil, sock, nil, "help")
-	if res := runCLI(t, nil, sock, nil, "port", "--help"); res.code != ExitOK || !strings.HasPrefix(res.stdout, "Usage: vhostmqctl port add ") {
+	if res := runCLI(t, nil, sock, nil, "port", "--help"); res.code != ExitOK || !strings.Contains(res.stdout, "Available Commands:\n  add ") {
 		t.Errorf("port --help: exit %d:\n%s", res.code, res.stdout)
 	}
 	for _, args := range [][]string{{"-h"}, {"--help"}} {
@@ -408,12 +408,15 @@ func TestIntervalAndHelp(t *testing.T) {
 		}
 	}
 	for _, cmd := range commands {
-		if !strings.Contains(help.stdout, "  "+cmd.synopsis()+"  ") {
-			t.Errorf("help does not list %q", cmd.synopsis())
+		word, _, _ := strings.Cut(cmd.name, " ")
+		if !strings.Contains(help.stdout, "\n  "+word+" ") {
+			t.Errorf("help does not list %q", word)
 		}
 		a := runCLI(t, nil, sock, nil, append(strings.Fields(cmd.name), "-h")...)
 		b := runCLI(t, nil, sock, nil, append([]string{"help"}, strings.Fields(cmd.name)...)...)
-		if a.code != ExitOK || b.code != ExitOK || a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "Usage: vhostmqctl "+cmd.synopsis()+"\n") {
+		use := strings.TrimSpace("vhostmqctl " + cmd.name + " " + cmd.args)
+		if a.code != ExitOK || b.code != ExitOK || a.stdout != b.stdout || !strings.Contains(a.stdout, "Usage:\n  "+use) ||
+			!strings.Contains(a.stdout, cmd.summary[1:]) {
 			t.Errorf("%s -h / help %s: exit %d/%d:\n%s\n%s", cmd.name, cmd.name, a.code, b.code, a.stdout, b.stdout)
 		}
 	}
@@ -530,5 +533,58 @@ func TestQueuesRebalanceWindow(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.rebalanceWindows) != 2 || f.rebalanceWindows[0] != 2500 || f.rebalanceWindows[1] != 1000 {
 		t.Errorf("windows %v, want [2500 1000] ms", f.rebalanceWindows)
+	}
+}
+
+// Shell completion (cobra's __complete, which the bash, zsh and fish
+// scripts call): port IDs come from the agent, flag values from their
+// enums, and an agent that is not there completes nothing, quickly.
+func TestCompletion(t *testing.T) {
+	sock := newFakeAgent().serve(t)
+	for _, tc := range []struct {
+		args []string
+		want string // the completions, one a line, then cobra's ":directive"
+	}{
+		{[]string{"port", "show", ""}, "vm1-net0\tprod/virt-launcher-vm1-7xk2p\nvm2-net0\tdev/virt-launcher-vm2-q9zt4\n:4"},
+		{[]string{"port", "del", "vm2"}, "vm2-net0\tdev/virt-launcher-vm2-q9zt4\n:4"},
+		{[]string{"port", "show", "vm1-net0", ""}, ":4"},
+		{[]string{"stats", "vm1-net0", ""}, "vm2-net0\tdev/virt-launcher-vm2-q9zt4\n:4"},
+		{[]string{"queues", "re"}, "rebalance\tmeasure the queue loads now and move pairs between workers if that evens them out\n:4"},
+		{[]string{"port", "list", "-o", ""}, "table\nwide\njson\n:4"},
+		{[]string{"port", "add", "x", "--polling", "a"}, "interrupt\nadaptive\nbusy\n:4"}, // the shell filters fixed lists
+		{[]string{"help", "port", "s"}, "show\tshow a port: spec, status, labels, queue pair to slot and CPU\n:4"},
+		{[]string{"--socket", filepath.Join(t.TempDir(), "none.sock"), "port", "show", ""}, ":5"},
+	} {
+		res := runCLI(t, nil, sock, nil, append([]string{"__complete"}, tc.args...)...)
+		got := strings.TrimSuffix(res.stdout, "\n")
+		if i := strings.LastIndex(got, "\nCompletion ended with directive"); i >= 0 {
+			got = got[:i]
+		}
+		if res.code != ExitOK || got != tc.want {
+			t.Errorf("__complete %q: exit %d\n--- got:\n%s\n--- want:\n%s\n--- stderr:\n%s", tc.args, res.code, got, tc.want, res.stderr)
+		}
+	}
+	for shell, want := range map[string]string{"bash": "__start_vhostmqctl", "zsh": "#compdef vhostmqctl", "fish": "complete -c vhostmqctl"} {
+		res := runCLI(t, nil, sock, nil, "completion", shell)
+		if res.code != ExitOK || !strings.Contains(res.stdout, want) {
+			t.Errorf("completion %s: exit %d, no %q in:\n%.300s", shell, res.code, want, res.stdout)
+		}
+	}
+}
+
+// --socket before port add names the API socket, after it the port's.
+func TestSocketBeforePortAdd(t *testing.T) {
+	f := newFakeAgent()
+	sock := f.serve(t)
+	res := runCLI(t, nil, filepath.Join(t.TempDir(), "not-the-agent.sock"), nil,
+		"--socket", sock, "port", "add", "vm9-net0", "--socket", "/run/vm9.sock")
+	if res.code != ExitOK {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	f.mu.Lock()
+	p := f.ports["vm9-net0"]
+	f.mu.Unlock()
+	if p == nil || p.Spec.SocketPath != "/run/vm9.sock" {
+		t.Errorf("port vm9-net0: %v", p)
 	}
 }

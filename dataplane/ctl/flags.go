@@ -2,59 +2,16 @@ package ctl
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// parseInterspersed parses fs from args allowing flags after positional
-// arguments (port add ID --socket PATH), which the flag package alone
-// stops at. "--" ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-var (
-	reFlagName   = regexp.MustCompile(`(^|\s)-([A-Za-z][A-Za-z0-9-]+)`)
-	reUndefined  = regexp.MustCompile(`^flag provided but not defined: `)
-	reNeedsValue = regexp.MustCompile(`^flag needs an argument: `)
-)
-
-// flagError rewrites the flag package's messages to spell long flags the
-// way vhostmqctl documents them (--queues, not -queues).
-func flagError(err error) string {
-	s := err.Error()
-	s = reUndefined.ReplaceAllString(s, "unknown flag ")
-	s = reNeedsValue.ReplaceAllString(s, "missing value for flag ")
-	return reFlagName.ReplaceAllString(s, "$1--$2")
-}
-
-// flagName spells a flag for messages and help: -o, --queues.
-func flagName(name string) string {
-	if len(name) == 1 {
-		return "-" + name
-	}
-	return "--" + name
-}
+// The flag values below are pflag.Values: Type names the value in --help
+// where the usage text has no `NAME`.
 
 // enumValue is a string flag limited to a few words.
 type enumValue struct {
@@ -68,6 +25,8 @@ func (v *enumValue) String() string {
 	}
 	return *v.p
 }
+
+func (v *enumValue) Type() string { return "string" }
 
 func (v *enumValue) Set(s string) error {
 	for _, a := range v.allowed {
@@ -99,6 +58,8 @@ func (v *uint32Value) String() string {
 	return strconv.FormatUint(uint64(*v.p), 10)
 }
 
+func (v *uint32Value) Type() string { return "uint32" }
+
 func (v *uint32Value) Set(s string) error {
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil {
@@ -121,6 +82,8 @@ func (v *modeValue) String() string {
 	return fmt.Sprintf("%04o", *v.p)
 }
 
+func (v *modeValue) Type() string { return "mode" }
+
 func (v *modeValue) Set(s string) error {
 	n, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
 	if err != nil || n > 0o7777 {
@@ -139,6 +102,8 @@ func (v *durationValue) String() string {
 	}
 	return v.p.String()
 }
+
+func (v *durationValue) Type() string { return "duration" }
 
 func (v *durationValue) Set(s string) error {
 	d, err := time.ParseDuration(s)
@@ -166,6 +131,8 @@ func (v *listValue) String() string {
 	return strings.Join(*v.p, ",")
 }
 
+func (v *listValue) Type() string { return "strings" }
+
 func (v *listValue) Set(s string) error {
 	for _, e := range strings.Split(s, ",") {
 		e = strings.TrimSpace(e)
@@ -191,6 +158,8 @@ func (v *labelsValue) String() string {
 	return strings.Join(keys, ",")
 }
 
+func (v *labelsValue) Type() string { return "label" }
+
 func (v *labelsValue) Set(s string) error {
 	k, val, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
@@ -212,6 +181,8 @@ func (v *macValue) String() string {
 	}
 	return *v.p
 }
+
+func (v *macValue) Type() string { return "mac" }
 
 func (v *macValue) Set(s string) error {
 	hw, err := net.ParseMAC(s)

@@ -2,9 +2,10 @@ package ctl
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -21,7 +22,7 @@ type handoffJSON struct {
 	CreatedAfresh uint32  `json:"created_afresh"`
 }
 
-func handoffSetup(*flag.FlagSet) runFunc {
+func handoffSetup(*pflag.FlagSet) runFunc {
 	return func(ctx context.Context, c *cli, _ []string) error {
 		h, err := call(ctx, c, agentv1.AgentClient.GetHandoff, &agentv1.GetHandoffRequest{})
 		if err != nil {

@@ -5,11 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -38,7 +39,7 @@ func toHealthJSON(h *agentv1.Health) healthJSON {
 // errNoFirstUpdate: the agent sent no health within --timeout.
 var errNoFirstUpdate = errors.New("no first update")
 
-func healthSetup(fs *flag.FlagSet) runFunc {
+func healthSetup(fs *pflag.FlagSet) runFunc {
 	var watch bool
 	fs.BoolVar(&watch, "watch", false, "stream every change until interrupted")
 	return func(ctx context.Context, c *cli, _ []string) error {

@@ -2,16 +2,17 @@ package ctl
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
-func portAddSetup(fs *flag.FlagSet) runFunc {
+func portAddSetup(fs *pflag.FlagSet) runFunc {
 	var (
 		socket           string
 		role             string // "": unspecified, the agent's default (client)
@@ -83,7 +84,7 @@ func portAddSetup(fs *flag.FlagSet) runFunc {
 	}
 }
 
-func portDelSetup(*flag.FlagSet) runFunc {
+func portDelSetup(*pflag.FlagSet) runFunc {
 	return func(ctx context.Context, c *cli, args []string) error {
 		resp, err := call(ctx, c, agentv1.AgentClient.DeletePort, &agentv1.DeletePortRequest{Id: args[0]})
 		if err != nil {
@@ -106,7 +107,7 @@ type portDelJSON struct {
 	Existed bool   `json:"existed"`
 }
 
-func portShowSetup(*flag.FlagSet) runFunc {
+func portShowSetup(*pflag.FlagSet) runFunc {
 	return func(ctx context.Context, c *cli, args []string) error {
 		p, err := call(ctx, c, agentv1.AgentClient.GetPort, &agentv1.GetPortRequest{Id: args[0]})
 		if err != nil {
@@ -116,7 +117,7 @@ func portShowSetup(*flag.FlagSet) runFunc {
 	}
 }
 
-func portListSetup(*flag.FlagSet) runFunc {
+func portListSetup(*pflag.FlagSet) runFunc {
 	return func(ctx context.Context, c *cli, _ []string) error {
 		resp, err := call(ctx, c, agentv1.AgentClient.ListPorts, &agentv1.ListPortsRequest{})
 		if err != nil {

@@ -2,11 +2,11 @@ package ctl
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -122,7 +122,7 @@ type pairKey struct {
 	pair uint32
 }
 
-func queuesSetup(fs *flag.FlagSet) runFunc {
+func queuesSetup(fs *pflag.FlagSet) runFunc {
 	interval := DefaultInterval
 	fs.Var(&durationValue{p: &interval}, "interval", "measure the load over `DURATION`; 0 shows cumulative counters")
 	return func(ctx context.Context, c *cli, args []string) error {
@@ -442,7 +442,7 @@ func (c *cli) movesTable(moves []queueMoveJSON) error {
 func clock(ns int64) string { return time.Unix(0, ns).UTC().Format("15:04:05") }
 
 // queues rebalance: measure now and move if it helps.
-func queuesRebalanceSetup(fs *flag.FlagSet) runFunc {
+func queuesRebalanceSetup(fs *pflag.FlagSet) runFunc {
 	window := time.Second
 	fs.Var(&durationValue{p: &window}, "window", "measure the loads over `DURATION` (at most 60s)")
 	return func(ctx context.Context, c *cli, _ []string) error {

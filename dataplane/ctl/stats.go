@@ -2,11 +2,12 @@ package ctl
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -225,7 +226,7 @@ func (s statsSample) rows(order []string) []portRow {
 	return out
 }
 
-func statsSetup(fs *flag.FlagSet) runFunc {
+func statsSetup(fs *pflag.FlagSet) runFunc {
 	interval := DefaultInterval
 	fs.Var(&durationValue{p: &interval}, "interval", "sample rates over `DURATION`; 0 prints the absolute counters")
 	return func(ctx context.Context, c *cli, ids []string) error {

@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/spf13/pflag"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -287,7 +287,7 @@ func (m *topModel) rows() []topRow {
 	return out
 }
 
-func topSetup(fs *flag.FlagSet) runFunc {
+func topSetup(fs *pflag.FlagSet) runFunc {
 	interval := time.Second
 	fs.Var(&durationValue{p: &interval}, "interval", "refresh every `DURATION`")
 	var once bool
