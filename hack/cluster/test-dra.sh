@@ -25,6 +25,10 @@
 #       (/var/run/kubernetes.io/dra-device-attributes/...) and the queue
 #       count from VHOSTMQ_QUEUE_SLOTS (CDI env); the guests report 4 and 2
 #       queues and ping each other
+#       The chart runs the tap uplink (uplink.mode=tap on a bridge in the
+#       node's netns that holds the node's address on a LAN, 10.0.1.254/24,
+#       with another host on it, a netns at 10.0.1.100): that host and the
+#       node reach both guests through it
 #   (e) a claim for one more slot (dra-x) and a device-plugin pod for one
 #       more (dp-y) stay Pending with the scheduler's reasons
 #   (f) the DRA driver's container restarted, then the kubelet restarted:
@@ -71,6 +75,9 @@ MLOG=$VMQC_LOGS/multus-lite-dra.log
 HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
 RELEASE=vhostmq
 declare -A MACS=([dra-a]=52:54:00:d4:a0:0a [dra-b]=52:54:00:d4:a0:0b)
+# the node's network for the tap uplink: a bridge in the node's netns with
+# the node's address on it, and one more host (a netns on a veth)
+LAN_BR=vmq-lan LAN_NS=vhostmq-test-lan LAN_NODE_IP=10.0.1.254 LAN_HOST_IP=10.0.1.100
 declare -A T_RUN=() SLOTS=() CLAIM=()
 passed=0 failed=0 we_started=0 t_test=$(vmq_now)
 work=$(mktemp -d)
@@ -106,10 +113,30 @@ diagnostics() {
     echo "diagnostics: $f"
 }
 
+# lan_up: the LAN the tap uplink joins (the bridge the chart's
+# uplink.tap.attach names must exist before the node pod starts)
+lan_up() {
+    lan_down
+    ip -n "$VMQC_NETNS" link add "$LAN_BR" type bridge &&
+        ip -n "$VMQC_NETNS" addr add "$LAN_NODE_IP/24" dev "$LAN_BR" &&
+        ip -n "$VMQC_NETNS" link set "$LAN_BR" up &&
+        ip netns add "$LAN_NS" &&
+        ip -n "$VMQC_NETNS" link add vmq-lan-h type veth peer name lan0 netns "$LAN_NS" &&
+        ip -n "$VMQC_NETNS" link set vmq-lan-h master "$LAN_BR" up &&
+        ip -n "$LAN_NS" addr add "$LAN_HOST_IP/24" dev lan0 &&
+        ip -n "$LAN_NS" link set lan0 up && ip -n "$LAN_NS" link set lo up
+}
+lan_down() {
+    ip netns del "$LAN_NS" 2>/dev/null
+    ip -n "$VMQC_NETNS" link del "$LAN_BR" 2>/dev/null
+    return 0
+}
+
 cleanup() {
     local rc=$?
     set +e
     if ((failed > 0 || rc != 0)) && vmqc_is_up; then diagnostics; fi
+    ((KEEP)) || ip netns del "$LAN_NS" 2>/dev/null
     if ((KEEP)); then
         vmq_log "--keep: leaving the cluster and the release up"
     elif ((we_started)); then
@@ -118,6 +145,7 @@ cleanup() {
     elif vmqc_is_up; then
         delete_ours
         h uninstall "$RELEASE" --namespace "$NS" --wait --timeout 2m >/dev/null 2>&1
+        lan_down
     fi
     rm -rf "$work"
     exit "$rc"
@@ -182,12 +210,15 @@ delete_ours
 vmqc_ctr images ls -q | grep -x "$VMQC_BUSYBOX_IMAGE" >/dev/null || vmqc_import "$VMQC_IMAGES/busybox.tar"
 
 # ------------------------------------------------------------------ (a)
-step "(a) helm install with devicePlugin.enabled and dra.enabled"
+step "(a) helm install with devicePlugin.enabled, dra.enabled and the tap uplink"
+lan_up || vmq_die "making the LAN $LAN_BR / $LAN_NS"
+echo "--- the node's network: bridge $LAN_BR in the node's netns with $LAN_NODE_IP/24, host $LAN_HOST_IP (netns $LAN_NS)"
 k apply -f "$HERE/manifests/nad-crd.yaml" >/dev/null
 k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
 if h install "$RELEASE" "$VMQ_REPO_ROOT/charts/vhostmq" --namespace "$NS" --create-namespace --wait --timeout 3m \
     --set dra.enabled=true --set devicePlugin.enabled=true --set "dra.cdiDir=$VMQC_CDI_DIR" \
     --set webhook.enabled=false --set "dataplane.cpus={0,1}" \
+    --set uplink.mode=tap --set "uplink.tap.attach=$LAN_BR" --set networkAttachmentDefinition.uplink=tap \
     --set "paths.cniBinDir=$VMQC_RUN/cni/bin" --set "paths.cniConfDir=$VMQC_RUN/cni/net.d" >"$work/helm.log" 2>&1; then
     pass "helm install --wait: $(grep -m1 '^STATUS' "$work/helm.log")"
 else
@@ -197,6 +228,12 @@ else
 fi
 check "(a) the pod runs dataplane, deviceplugin and dra" \
     test "$(k -n "$NS" get pods -l app.kubernetes.io/name=vhostmq -o jsonpath='{.items[0].spec.containers[*].name}' | tr ' ' '\n' | grep -cxE 'dataplane|deviceplugin|dra')" = 3
+# the tap uplink needs the host's network namespace and NET_ADMIN, and no more
+ds_net=$(k -n "$NS" get ds "$RELEASE" -o json | jq -r '.spec.template.spec as $s | "\($s.hostNetwork) \($s.containers[] | select(.name == "dataplane") | .securityContext.capabilities.add | join(","))"')
+check "(a) uplink.mode=tap: the node pod in the host network, the dataplane adding only NET_ADMIN to its own ($ds_net)" \
+    test "$ds_net" = "true CHOWN,DAC_OVERRIDE,FOWNER,NET_ADMIN"
+tap_on_lan() { ip -n "$VMQC_NETNS" -o link show master "$LAN_BR" | grep -q ' vhostmq0[:@]'; }
+check "(a) the dataplane's tap vhostmq0 is a port of $LAN_BR in the node's netns" vmqc_poll 30 0.5 tap_on_lan
 has_class() { k get deviceclasses.resource.k8s.io "$DRIVER" -o name >/dev/null; }
 check "(a) DeviceClass $DRIVER" has_class
 slice() { k get resourceslices -o json | jq -c --arg d "$DRIVER" --arg n "$VMQC_NODE" '[.items[] | select(.spec.driver == $d and .spec.nodeName == $n) | .spec.devices[]]'; }
@@ -406,6 +443,17 @@ done
 pings() { vmq_count_log "$(serial "$1")" '^VHOSTMQ-PING ok'; }
 five_more() { (($(pings dra-a) >= $1 + 5 && $(pings dra-b) >= $2 + 5)); }
 check "(d) the guests ping each other (5 replies each way)" vmqc_poll "$GUEST_TIMEOUT" 0.5 five_more 0 0
+# the guests on the node's network, through the tap uplink
+lan_reach() { # FROM(lan|node) IP: 2 echo replies
+    if [[ $1 == lan ]]; then ip netns exec "$LAN_NS" ping -c 2 -i 0.3 -W 2 "$2" >/dev/null 2>&1
+    else vmqc_in_ns ping -c 2 -i 0.3 -W 2 -I "$LAN_BR" "$2" >/dev/null 2>&1; fi
+}
+for p in dra-a:10.0.1.1 dra-b:10.0.1.2; do
+    check "(d) tap uplink: ${p%%:*} (${p#*:}) answers the LAN's other host $LAN_HOST_IP" vmqc_poll 30 1 lan_reach lan "${p#*:}"
+    check "(d) tap uplink: ${p%%:*} (${p#*:}) answers the node's address $LAN_NODE_IP on $LAN_BR" vmqc_poll 30 1 lan_reach node "${p#*:}"
+done
+lan_mac() { ip netns exec "$LAN_NS" ip neigh show "$1" dev lan0 | awk '{ print $3 }'; }
+check "(d) the LAN host learnt dra-a's MAC ${MACS[dra-a]} for 10.0.1.1" test "$(lan_mac 10.0.1.1)" = "${MACS[dra-a]}"
 
 # ------------------------------------------------------------------ (e)
 step "(e) above the free capacity: a claim and a device-plugin pod stay Pending"
