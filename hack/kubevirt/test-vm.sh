@@ -846,16 +846,23 @@ tr -d '\r' <"$OUT/console-vm2.log" | grep '^VHOSTMQ-PING ok' | tail -n +"$((n0 >
 # the longest time between two replies across the upgrade (the guest's clock)
 T[upgrade_gap]=$(sed -n 's/.* t=\([0-9.]*\) .*/\1/p' "$OUT/pings-upgrade.txt" |
     awk 'NR > 1 && $1 - p > g { g = $1 - p } { p = $1 } END { printf "%.2f", g }')
+# the longest a ping waited for its reply: what the network did (the gap
+# between replies also counts the guest's own late sends, a TCG vCPU not
+# scheduled on a busy machine: 1.05 s with every ping answered and the
+# next one sent 0.53 s after the last reply, CI of 2026-12-03)
+T[upgrade_rtt]=$(sed -n 's/.* rtt_ms=\([0-9.]*\).*/\1/p' "$OUT/pings-upgrade.txt" |
+    awk '$1 > m { m = $1 } END { printf "%.0f", m }')
 # pings lost: holes in the replies' sequence numbers
 T[upgrade_lost]=$(sed -n 's/.* seq=\([0-9]*\) .*/\1/p' "$OUT/pings-upgrade.txt" |
     awk 'NR > 1 && $1 > p + 1 { l += $1 - p - 1 } { p = $1 } END { print l + 0 }')
-echo "    replies during and after the upgrade: $((n1 - n0)), lost ${T[upgrade_lost]}; longest gap between replies ${T[upgrade_gap]} s"
+echo "    replies during and after the upgrade: $((n1 - n0)), lost ${T[upgrade_lost]}; longest round trip ${T[upgrade_rtt]} ms; longest gap between replies ${T[upgrade_gap]} s"
 check "vm2's pings to vm1 answered again after the upgrade ($((n1 - n0)) replies since it began; longest gap ${T[upgrade_gap]} s)" \
     test "$((n1 - n0))" -gt 10
-# a reconnect takes seconds (3.3-6.8 s measured before the handoff); with
-# the handoff no more than a ping or two may go missing at 0.2 s
-check "the longest gap between vm2's pings across the upgrade is under 1 s (${T[upgrade_gap]} s)" \
-    awk -v g="${T[upgrade_gap]}" 'BEGIN { exit !(g < 1) }'
+# a reconnect takes seconds (3.3-6.8 s measured before the handoff): the
+# pings sent meanwhile are lost, or answered seconds late; with the
+# handoff at most one may go missing at 0.2 s, none wait a second
+check "no ping of vm2's waited 1 s or more for its reply across the upgrade (longest ${T[upgrade_rtt]} ms)" \
+    awk -v r="${T[upgrade_rtt]}" 'BEGIN { exit !(r < 1000) }'
 check "at most one of vm2's pings lost across the upgrade (${T[upgrade_lost]})" test "${T[upgrade_lost]}" -le 1
 check "the post-upgrade hook kept the binding registered" test "$(kv_binding)" = "$SIDECAR_IMAGE"
 
@@ -917,7 +924,7 @@ done
 echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG)"
 echo "delete -> launcher pods gone ${T[pods_gone]:--} s, allocations reclaimed ${T[reclaim]:--} s"
 ((TWO_NODES)) && echo "live migration of vm3 to $VMQC_NODE2 while it received ${MIG_MB} MiB: ${T[mig]:--} s from the migration object to Succeeded, migration window ${T[mig_window]:--} s, downtime ${T[mig_downtime]:--} (libvirt), ${T[mig_data]:--} moved, vm4's pings every 10 ms: longest run lost ${T[mig_lost]:--}, longest round trip ${T[mig_rtt]:--} ms"
-echo "helm upgrade to a rebuilt image: ${T[upgrade]:--} s until both ports were back; ${T[upgrade_handoff]:-no handoff}; vm2's pings (every 0.2 s): ${T[upgrade_lost]:--} lost, longest gap ${T[upgrade_gap]:--} s"
+echo "helm upgrade to a rebuilt image: ${T[upgrade]:--} s until both ports were back; ${T[upgrade_handoff]:-no handoff}; vm2's pings (every 0.2 s): ${T[upgrade_lost]:--} lost, longest round trip ${T[upgrade_rtt]:--} ms, longest gap ${T[upgrade_gap]:--} s"
 echo "helm uninstall -> no pod left ${T[uninstall]:--} s"
 echo "whole test $(vmqc_secs "$T_TEST") s; guest consoles and logs in $OUT"
 echo "$passed passed, $failed failed"
