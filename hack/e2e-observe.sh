@@ -45,7 +45,8 @@ while (($#)); do
     esac
 done
 vmq_need_root
-for c in prometheus promtool dpdk-testpmd jq curl python3 tmux; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+for c in prometheus promtool dpdk-testpmd jq curl python3 tmux fish zsh; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+[[ -f /usr/share/bash-completion/bash_completion ]] || vmq_die "bash-completion missing: run hack/install-deps.sh"
 if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-observe.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
 vmq_init
 T0=$(vmq_now)
