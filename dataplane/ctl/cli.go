@@ -29,11 +29,10 @@ func (c *cli) newRoot() *cobra.Command {
 			"After 'port add', --socket is the port's vhost-user socket: there, use --api-socket or\n" +
 			"put --socket before the command.\n\n" +
 			"Exit status: 0 ok, 1 the request failed, 2 usage error, 3 cannot reach the agent.",
-		Args:              cobra.ArbitraryArgs,
-		TraverseChildren:  true,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		Args:             cobra.ArbitraryArgs,
+		TraverseChildren: true,
+		SilenceErrors:    true,
+		SilenceUsage:     true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				cmd.SetOut(c.stderr)
