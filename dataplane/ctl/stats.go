@@ -99,6 +99,7 @@ type rates struct {
 	busyPct                    float64
 	drops                      [len(dropReasons)]float64
 	dropTotal                  float64
+	held                       float64 // frames held back for a full RX ring
 	offload                    [len(offloadKinds)]float64
 }
 
@@ -110,6 +111,7 @@ func (c counters) per(seconds float64) rates {
 		kicks: f(c.kicks), calls: f(c.calls),
 		busyPct:   100 * f(c.busyNs) / 1e9,
 		dropTotal: f(c.dropTotal()),
+		held:      f(c.held),
 	}
 	for i, v := range c.drops {
 		r.drops[i] = f(v)
@@ -147,17 +149,20 @@ func (c *cli) sampleStats(ctx context.Context, ids []string, interval time.Durat
 	if err != nil {
 		return statsSample{}, err
 	}
-	t1 := c.now()
-	s := statsSample{cur: second, prev: first}
-	switch {
-	case first.GetTimeUnixNano() > 0 && second.GetTimeUnixNano() > first.GetTimeUnixNano():
-		s.seconds = float64(second.GetTimeUnixNano()-first.GetTimeUnixNano()) / 1e9
+	return statsSample{cur: second, prev: first, seconds: sampleSeconds(first, second, t0, c.now(), interval)}, nil
+}
+
+// sampleSeconds is the time between two stats samples: by the agent's
+// timestamps when it sets them, else by ours (t0, t1), else the interval
+// asked for.
+func sampleSeconds(first, second *agentv1.GetStatsResponse, t0, t1 time.Time, interval time.Duration) float64 {
+	switch a, b := first.GetTimeUnixNano(), second.GetTimeUnixNano(); {
+	case a > 0 && b > a:
+		return float64(b-a) / 1e9
 	case t1.After(t0):
-		s.seconds = t1.Sub(t0).Seconds()
-	default:
-		s.seconds = interval.Seconds()
+		return t1.Sub(t0).Seconds()
 	}
-	return s, nil
+	return interval.Seconds()
 }
 
 // queueRow is one queue pair's latest counters and, over an interval, its

@@ -11,6 +11,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/pflag"
+	"k8s.io/utils/ptr"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
@@ -65,6 +66,7 @@ type topModel struct {
 	interval time.Duration
 
 	sample  statsSample // cur: the latest; prev: the one before (nil at first)
+	at      time.Time   // when cur was taken
 	view    topView
 	sortCol int  // index into the view's columns; 0 = by name
 	reverse bool // ascending instead of the default (largest first)
@@ -137,15 +139,11 @@ func (m *topModel) setView(v topView) {
 // (the agent's clock when it says).
 func (m *topModel) push(resp *agentv1.GetStatsResponse, at time.Time) {
 	prev := m.sample.cur
-	s := statsSample{cur: resp, prev: prev}
+	m.sample = statsSample{cur: resp, prev: prev}
 	if prev != nil {
-		if a, b := prev.GetTimeUnixNano(), resp.GetTimeUnixNano(); a > 0 && b > a {
-			s.seconds = float64(b-a) / 1e9
-		} else {
-			s.seconds = m.interval.Seconds()
-		}
+		m.sample.seconds = sampleSeconds(prev, resp, m.at, at, m.interval)
 	}
-	m.sample = s
+	m.at = at
 }
 
 func (m *topModel) View() string {
@@ -218,70 +216,45 @@ func (m *topModel) rows() []topRow {
 		}
 		return d.per(s.seconds)
 	}
-	perSec := func(n uint64) float64 {
-		if !rated {
-			return 0
-		}
-		return float64(n) / s.seconds
-	}
 	var out []topRow
 	switch m.view {
 	case viewPorts:
 		for _, pr := range s.rows(nil) {
 			r := rateOf(pr.delta)
-			var held uint64
-			if pr.delta != nil {
-				held = pr.delta.held
-			}
 			var reasons []string
 			for i, v := range r.drops {
 				if v > 0 {
 					reasons = append(reasons, dropReasons[i]+" "+perSecond(v))
 				}
 			}
-			l := pr.ps.GetLabels()
-			pod := l["k8s.pod.namespace"] + "/" + l["k8s.pod.name"]
-			if pod == "/" {
-				pod = "-"
+			owner := pod(pr.ps.GetLabels())
+			if owner == "" {
+				owner = "-"
 			}
 			out = append(out, topRow{name: pr.ps.GetId(),
-				cells: []string{pr.ps.GetId(), pod, yesNo(pr.ps.GetConnected()), fmt.Sprint(len(pr.queues)),
+				cells: []string{pr.ps.GetId(), owner, yesNo(pr.ps.GetConnected()), fmt.Sprint(len(pr.queues)),
 					pps(r.rxPps), bps(r.rxBps), pps(r.txPps), bps(r.txBps), perSecond(r.dropTotal),
-					count(pr.total.stalls), perSecond(perSec(held)), strings.Join(reasons, ", ")},
+					count(pr.total.stalls), perSecond(r.held), strings.Join(reasons, ", ")},
 				vals: map[string]float64{"rx": r.rxPps, "rxb": r.rxBps, "tx": r.txPps, "txb": r.txBps, "drop": r.dropTotal,
-					"stalls": float64(pr.total.stalls), "held": perSec(held)}})
+					"stalls": float64(pr.total.stalls), "held": r.held}})
 		}
 	case viewQueues:
 		for _, pr := range s.rows(nil) {
 			for _, q := range pr.queues {
 				r := rateOf(q.delta)
-				var held uint64
-				if q.delta != nil {
-					held = q.delta.held
-				}
 				out = append(out, topRow{name: fmt.Sprintf("%s/%04d", pr.ps.GetId(), q.q.GetPair()),
 					cells: []string{pr.ps.GetId(), fmt.Sprint(q.q.GetPair()), q.q.GetSlot(), fmt.Sprint(q.q.GetCpu()),
-						pps(r.rxPps), pps(r.txPps), perSecond(r.dropTotal), percent(r.busyPct), count(q.cur.stalls), perSecond(perSec(held))},
+						pps(r.rxPps), pps(r.txPps), perSecond(r.dropTotal), percent(r.busyPct), count(q.cur.stalls), perSecond(r.held)},
 					vals: map[string]float64{"rx": r.rxPps, "tx": r.txPps, "drop": r.dropTotal, "busy": r.busyPct,
-						"stalls": float64(q.cur.stalls), "held": perSec(held)}})
+						"stalls": float64(q.cur.stalls), "held": r.held}})
 			}
 		}
 	case viewWorkers:
-		prev := map[int32]*agentv1.WorkerStats{}
-		if s.prev != nil {
-			for _, w := range s.prev.GetWorkers() {
-				prev[w.GetId()] = w
-			}
-		}
-		for _, w := range s.cur.GetWorkers() {
-			var busy, uplink float64
-			if p, ok := prev[w.GetId()]; ok && rated {
-				busy = 100 * float64(w.GetBusyNs()-min(w.GetBusyNs(), p.GetBusyNs())) / 1e9 / s.seconds
-				uplink = 100 * float64(w.GetUplinkBusyNs()-min(w.GetUplinkBusyNs(), p.GetUplinkBusyNs())) / 1e9 / s.seconds
-			}
-			out = append(out, topRow{name: fmt.Sprintf("%04d", w.GetCpu()),
-				cells: []string{fmt.Sprint(w.GetCpu()), fmt.Sprint(w.GetNumaNode()), fmt.Sprint(w.GetQueuePairs()), percent(busy), percent(uplink)},
-				vals:  map[string]float64{"pairs": float64(w.GetQueuePairs()), "busy": busy, "uplink": uplink}})
+		for _, w := range workerLoads(s) { // by CPU
+			busy, uplink := ptr.Deref(w.BusyPercent, 0), ptr.Deref(w.UplinkBusyPercent, 0) // nil: not measured yet
+			out = append(out, topRow{name: fmt.Sprintf("%04d", w.CPU),
+				cells: []string{fmt.Sprint(w.CPU), fmt.Sprint(w.NumaNode), fmt.Sprint(w.QueuePairs), percent(busy), percent(uplink)},
+				vals:  map[string]float64{"pairs": float64(w.QueuePairs), "busy": busy, "uplink": uplink}})
 		}
 	}
 	return out

@@ -187,17 +187,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	// A claim whose status cannot be written is still prepared (the pod
 	// needs only the files): logged, and written again on the next prepare.
 	sd := StatusData{VhostUserPath: socket, Mode: "server", Slots: res.GetSlots(), MTU: d.cfg.MTU}
-	var port *agentv1.Port
 	if d.cfg.Kube != nil {
-		port = d.claimPorts(ctx)[req.Owner]
+		port := d.claimPorts(ctx)[req.Owner]
 		if err := d.publishStatus(ctx, c, results, sd, port); err != nil {
 			d.log.Warn("claim prepared, but its device status was not written", "claim", c.Namespace+"/"+c.Name, "err", err)
 		}
-	}
-	if port == nil && d.cfg.Kube != nil { // the port's network data follows
-		d.mu.Lock()
-		d.pending[c.UID] = pendingStatus{claim: c.DeepCopy(), results: results, data: sd}
-		d.mu.Unlock()
+		if port == nil { // the port's network data follows
+			d.mu.Lock()
+			d.pending[c.UID] = pendingStatus{claim: c.DeepCopy(), results: results, data: sd}
+			d.mu.Unlock()
+		}
 	}
 	devices := make([]kubeletplugin.Device, 0, len(results))
 	for i, r := range results {
