@@ -43,8 +43,26 @@ type handedMAC struct {
 	Port    string `json:"port"`
 }
 
-// HandoverReport says what a handoff moved and how long the ports were
-// paused (from the first suspended session to the successor's answer).
+// Exchange is how Handover talks to the successor.
+type Exchange struct {
+	// Send transmits the ports (their fds are closed after it returns).
+	// In one phase they are frozen and Send returns once the successor
+	// has taken them; in two they have their sessions parked and their
+	// rings still running (State.Running), and Send returns once the
+	// successor has set them up.
+	Send func(*handoff.State, []int) error
+	// Commit, set for two phases, transmits the rings' positions at the
+	// freeze and the learned addresses, and returns once the successor
+	// has taken them.
+	Commit func(*handoff.Final) error
+	// Committed, if set, is called once the ports are the successor's and
+	// no worker here touches them again, before this dataplane forgets
+	// them: the moment to tell the successor to serve.
+	Committed func()
+}
+
+// HandoverReport says what a handoff moved and how long the rings were
+// stopped here (from their freeze to the successor's answer).
 type HandoverReport struct {
 	Ports int
 	Pause time.Duration
@@ -61,7 +79,11 @@ type HandoverReport struct {
 // freeze, its queues are handed over, and this process never reads them
 // again. An af_xdp uplink is refused: the caller falls back to a restart,
 // which the frontends see as a reconnect.
-func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*handoff.State, []int) error) (HandoverReport, error) {
+//
+// With Exchange.Commit set, the handoff runs in two phases so that the
+// rings stop only for its last step (see Exchange). The pause reported is
+// the rings' freeze.
+func (d *Dataplane) Handover(build string, timeout time.Duration, x Exchange) (HandoverReport, error) {
 	if d.up != nil && d.up.tap == nil {
 		return HandoverReport{}, fmt.Errorf("handover: the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", d.up.kind)
 	}
@@ -73,7 +95,8 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 	}
 	d.mu.Unlock()
 	slices.SortFunc(ports, func(a, b *port) int { return strings.Compare(a.dev.Name(), b.dev.Name()) })
-	t0 := time.Now()
+	tSuspend := time.Now()
+	t0 := tSuspend // the pause's start: the rings' freeze
 	var suspended []*port
 	resume := func() {
 		for _, p := range suspended {
@@ -88,30 +111,60 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 		}
 		suspended = append(suspended, p)
 	}
-	if err := d.pauseUplink(timeout); err != nil {
-		resume()
-		d.placeMu.Unlock()
-		return HandoverReport{}, fmt.Errorf("handover: %w", err)
-	}
 	devs := make([]*netdev.Port, len(ports))
 	for i, p := range ports {
 		devs[i] = p.dev
 	}
-	unfreeze := netdev.FreezeAll(devs)
-	st, fds, err := d.export(build, ports)
+	uplinkPaused, unfreeze := false, func() {}
+	fail := func(err error) (HandoverReport, error) {
+		unfreeze()
+		resume()
+		if uplinkPaused {
+			d.resumeUplink()
+		}
+		d.placeMu.Unlock()
+		d.log.Warn("handover failed; every port goes on in this process", "err", err)
+		return HandoverReport{}, fmt.Errorf("handover: %w", err)
+	}
+	// freeze stops the uplink's readers, then every ring.
+	freeze := func() error {
+		if err := d.pauseUplink(timeout); err != nil {
+			return err
+		}
+		uplinkPaused = true
+		unfreeze = netdev.FreezeAll(devs)
+		t0 = time.Now()
+		return nil
+	}
+	if x.Commit == nil {
+		if err := freeze(); err != nil {
+			return fail(err)
+		}
+	}
+	st, fds, err := d.export(build, ports, x.Commit != nil)
 	if err == nil {
-		err = send(st, fds)
+		err = x.Send(st, fds)
 	}
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
 	if err != nil {
-		unfreeze()
-		resume()
-		d.resumeUplink()
-		d.placeMu.Unlock()
-		d.log.Warn("handover failed; every port goes on in this process", "err", err)
-		return HandoverReport{}, fmt.Errorf("handover: %w", err)
+		return fail(err)
+	}
+	if x.Commit != nil {
+		if err := freeze(); err != nil {
+			return fail(err)
+		}
+		fin := &handoff.Final{FrozenAt: t0, Ports: make([]handoff.FinalPort, len(ports))}
+		for i, p := range devs {
+			fin.Ports[i].Vrings = p.Positions()
+		}
+		if fin.Networks, err = d.exportMACs(ports); err == nil {
+			err = x.Commit(fin)
+		}
+		if err != nil {
+			return fail(err)
+		}
 	}
 	pause := time.Since(t0)
 	for _, p := range devs {
@@ -119,18 +172,23 @@ func (d *Dataplane) Handover(build string, timeout time.Duration, send func(*han
 	}
 	unfreeze()
 	d.placeMu.Unlock()
+	if x.Committed != nil {
+		x.Committed()
+	}
 	for _, p := range ports {
 		d.RemovePort(p.dev.Name())
 	}
 	// The uplink stays paused: its queues are the successor's now.
-	d.log.Info("handover done: the successor serves every port", "ports", len(ports), "pause", pause.String())
+	d.log.Info("handover done: the successor serves every port", "ports", len(ports), "pause", pause.String(),
+		"twoPhase", x.Commit != nil, "sinceSuspend", time.Since(tSuspend).String())
 	return HandoverReport{Ports: len(ports), Pause: pause}, nil
 }
 
-// export describes the frozen ports and the guest addresses learned on
-// them. Caller holds placeMu and froze the ports.
-func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, error) {
-	st := &handoff.State{Build: build}
+// export describes the ports and the guest addresses learned on them:
+// frozen, or (running) with their sessions parked and their rings still
+// running. Caller holds placeMu.
+func (d *Dataplane) export(build string, ports []*port, running bool) (*handoff.State, []int, error) {
+	st := &handoff.State{Build: build, Running: running}
 	var fds []int
 	fail := func(err error) (*handoff.State, []int, error) {
 		for _, fd := range fds {
@@ -138,11 +196,13 @@ func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, 
 		}
 		return nil, nil, err
 	}
-	names := make(map[*port]string, len(ports))
 	for _, p := range ports {
 		cfg := p.dev.Config()
-		names[p] = cfg.Name
-		hp, pfds, err := p.dev.Export()
+		export := p.dev.Export
+		if running {
+			export = p.dev.ExportRunning
+		}
+		hp, pfds, err := export()
 		if err != nil {
 			return fail(err)
 		}
@@ -162,6 +222,18 @@ func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, 
 	if st.Uplink, fds, err = d.exportUplink(fds); err != nil {
 		return fail(err)
 	}
+	if st.Networks, err = d.exportMACs(ports); err != nil {
+		return fail(err)
+	}
+	return st, fds, nil
+}
+
+// exportMACs encodes the guest addresses learned on ports.
+func (d *Dataplane) exportMACs(ports []*port) (json.RawMessage, error) {
+	names := make(map[*port]string, len(ports))
+	for _, p := range ports {
+		names[p] = p.dev.Name()
+	}
 	var macs []handedMAC
 	for _, n := range d.networks() {
 		n.macs.Entries(func(mac vswitch.MAC, owner *port, _ int64) {
@@ -171,10 +243,7 @@ func (d *Dataplane) export(build string, ports []*port) (*handoff.State, []int, 
 		})
 	}
 	slices.SortFunc(macs, func(a, b handedMAC) int { return strings.Compare(a.Network+a.MAC, b.Network+b.MAC) })
-	if st.Networks, err = json.Marshal(macs); err != nil {
-		return fail(err)
-	}
-	return st, fds, nil
+	return json.Marshal(macs)
 }
 
 // shift moves a port's fd indexes by n (its fds follow earlier ports').
@@ -273,6 +342,18 @@ func (d *Dataplane) AdoptPort(cfg netdev.Config, opt PortOptions, hp handoff.Por
 	return nil
 }
 
+// PositionAdopted sets an adopted port's rings where the predecessor
+// stopped them (netdev.Port.Position), before StartAdopted.
+func (d *Dataplane) PositionAdopted(name string, pos []handoff.Position) error {
+	d.mu.Lock()
+	p, ok := d.byName[name]
+	d.mu.Unlock()
+	if !ok || !p.adopted {
+		return fmt.Errorf("port %q: not adopted here", name)
+	}
+	return p.dev.Position(pos)
+}
+
 // StartAdopted serves every adopted port; it returns how many.
 func (d *Dataplane) StartAdopted() int {
 	d.mu.Lock()
@@ -294,14 +375,14 @@ func (d *Dataplane) StartAdopted() int {
 }
 
 // LearnHandedMACs teaches the switch the guest addresses the predecessor
-// had learned, on the ports adopted here, so that no frame is flooded or
-// lost while the guests are quiet.
-func (d *Dataplane) LearnHandedMACs(st *handoff.State) (int, error) {
-	if len(st.Networks) == 0 {
+// had learned (handoff.State's or Final's Networks), on the ports adopted
+// here, so that no frame is flooded or lost while the guests are quiet.
+func (d *Dataplane) LearnHandedMACs(networks json.RawMessage) (int, error) {
+	if len(networks) == 0 {
 		return 0, nil
 	}
 	var macs []handedMAC
-	if err := json.Unmarshal(st.Networks, &macs); err != nil {
+	if err := json.Unmarshal(networks, &macs); err != nil {
 		return 0, fmt.Errorf("networks: %w", err)
 	}
 	now := time.Now().UnixNano()

@@ -57,7 +57,8 @@ func handoffPair(t *testing.T) (old, succ *handoff.Conn) {
 }
 
 // oldSide runs the old process's half of the exchange: Hello in, State
-// out, Taken in, Released out.
+// out, Taken in, Released out; in two phases (the hello asks) Ready in,
+// Final out between State and Taken.
 func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *HandoverReport) {
 	done := make(chan error, 1)
 	rep := new(HandoverReport)
@@ -67,38 +68,66 @@ func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *Handove
 			done <- err
 			return
 		}
-		r, err := d.Handover("old", 5*time.Second, func(st *handoff.State, fds []int) error {
+		var commit func(*handoff.Final) error
+		if h.TwoPhase {
+			commit = func(fin *handoff.Final) error {
+				if err := c.Send(handoff.KindFinal, fin, nil); err != nil {
+					return err
+				}
+				_, err := c.Recv(handoff.KindTaken, &struct{}{})
+				return err
+			}
+		}
+		send := func(st *handoff.State, fds []int) error {
+			if st.Running != h.TwoPhase {
+				return fmt.Errorf("state running %v in a handoff asked with twoPhase %v", st.Running, h.TwoPhase)
+			}
 			if during != nil {
 				during()
 			}
 			if err := c.Send(handoff.KindState, st, fds); err != nil {
 				return err
 			}
-			_, err := c.Recv(handoff.KindTaken, &struct{}{})
+			want := handoff.KindTaken
+			if h.TwoPhase {
+				want = handoff.KindReady
+			}
+			_, err := c.Recv(want, &struct{}{})
 			return err
-		})
+		}
+		var released error
+		r, err := d.Handover("old", 5*time.Second, Exchange{Send: send, Commit: commit,
+			Committed: func() { released = c.Send(handoff.KindReleased, struct{}{}, nil) }})
 		*rep = r
 		if err == nil {
-			err = c.Send(handoff.KindReleased, struct{}{}, nil)
+			err = released
 		}
 		done <- err
 	}()
 	return done, rep
 }
 
+// phases are the two ways a successor asks: one phase (a predecessor's
+// rings stop for the whole exchange) and two (they stop for Final only).
+var phases = []struct {
+	name     string
+	twoPhase bool
+}{{"one-phase", false}, {"two-phase", true}}
+
 // newSide runs the successor's half: it adopts every handed port with
 // the config cfgs gives it, or refuses the whole handoff.
-func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev.Config) error {
+func newSide(t *testing.T, d *Dataplane, c *handoff.Conn, cfgs map[string]netdev.Config, twoPhase bool) error {
 	t.Helper()
-	_, err := newSideBuilt(t, c, cfgs, nil, func(*handoff.State, []int) (*Dataplane, error) { return d, nil })
+	_, err := newSideBuilt(t, c, cfgs, nil, twoPhase, func(*handoff.State, []int) (*Dataplane, error) { return d, nil })
 	return err
 }
 
 // newSideBuilt is newSide with the successor's dataplane built once the
 // state is in (as the command does: it adopts the handed uplink).
-func newSideBuilt(t *testing.T, c *handoff.Conn, cfgs map[string]netdev.Config, opts map[string]PortOptions, build func(*handoff.State, []int) (*Dataplane, error)) (*Dataplane, error) {
+func newSideBuilt(t *testing.T, c *handoff.Conn, cfgs map[string]netdev.Config, opts map[string]PortOptions, twoPhase bool,
+	build func(*handoff.State, []int) (*Dataplane, error)) (*Dataplane, error) {
 	t.Helper()
-	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: "new"}, nil); err != nil {
+	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: "new", TwoPhase: twoPhase}, nil); err != nil {
 		return nil, err
 	}
 	var st handoff.State
@@ -117,6 +146,11 @@ func newSideBuilt(t *testing.T, c *handoff.Conn, cfgs map[string]netdev.Config, 
 		c.Refuse(err.Error())
 		return nil, err
 	}
+	if st.Running != twoPhase {
+		err := fmt.Errorf("state running %v, asked twoPhase %v", st.Running, twoPhase)
+		c.Refuse(err.Error())
+		return nil, err
+	}
 	d, err := build(&st, fds)
 	if err != nil {
 		c.Refuse(err.Error())
@@ -127,22 +161,45 @@ func newSideBuilt(t *testing.T, c *handoff.Conn, cfgs map[string]netdev.Config, 
 
 func adoptAll(d *Dataplane, c *handoff.Conn, st *handoff.State, fds []int, cfgs map[string]netdev.Config, opts map[string]PortOptions) error {
 	var adopted []string
+	refuse := func(err error) error {
+		for _, n := range adopted {
+			d.RemovePort(n) // lets go without touching the sessions
+		}
+		c.Refuse(err.Error())
+		return err
+	}
 	for _, hp := range st.Ports {
 		var spec HandedPort
 		if err := json.Unmarshal(hp.Spec, &spec); err != nil {
-			c.Refuse(err.Error())
-			return err
+			return refuse(err)
 		}
 		if err := d.AdoptPort(cfgs[spec.Name], opts[spec.Name], hp, fds); err != nil {
-			for _, n := range adopted {
-				d.RemovePort(n) // lets go without touching the sessions
-			}
-			c.Refuse(err.Error())
-			return err
+			return refuse(err)
 		}
 		adopted = append(adopted, spec.Name)
 	}
-	if _, err := d.LearnHandedMACs(st); err != nil {
+	positions := func(i int) []handoff.Position { return netdev.Positions(st.Ports[i]) }
+	networks := st.Networks
+	if st.Running {
+		if err := c.Send(handoff.KindReady, struct{}{}, nil); err != nil {
+			return err
+		}
+		var fin handoff.Final
+		if _, err := c.Recv(handoff.KindFinal, &fin); err != nil {
+			return refuse(err)
+		}
+		if err := st.CheckFinal(&fin); err != nil {
+			return refuse(err)
+		}
+		positions = func(i int) []handoff.Position { return fin.Ports[i].Vrings }
+		networks = fin.Networks
+	}
+	for i, name := range adopted {
+		if err := d.PositionAdopted(name, positions(i)); err != nil {
+			return refuse(err)
+		}
+	}
+	if _, err := d.LearnHandedMACs(networks); err != nil {
 		return err
 	}
 	if err := c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
@@ -186,71 +243,75 @@ func rxPackets(ps PortStats) (n uint64) {
 // control message sent during the pause is answered by the successor, and
 // the successor (not the old dataplane) serves the rest of the stream.
 func TestHandoverKeepsEveryFrame(t *testing.T) {
-	for _, role := range []netdev.Role{netdev.RoleServer, netdev.RoleClient} {
-		t.Run(string(role), func(t *testing.T) {
-			old := newDataplane(t)
-			cfgs := map[string]netdev.Config{}
-			a := attach(t, old, "a", role, 2, cfgs)
-			b := attach(t, old, "b", role, 2, cfgs)
-			c := attach(t, old, "c", role, 1, cfgs)
-			learn(t, a, b, 2)
-			const n = 6000
-			s := startStream(a, b, n)
-			waitSent(t, s, n/3)
+	for _, ph := range phases {
+		for _, role := range []netdev.Role{netdev.RoleServer, netdev.RoleClient} {
+			t.Run(ph.name+"/"+string(role), func(t *testing.T) { testHandoverKeepsEveryFrame(t, role, ph.twoPhase) })
+		}
+	}
+}
 
-			// c asks for its features while the old dataplane is paused:
-			// the request waits in the socket for the successor.
-			asked := make(chan error, 1)
-			during := func() {
-				go func() {
-					c.Conn().Raw().SetReadDeadline(time.Now().Add(10 * time.Second))
-					v, err := c.CtrlGet(vhostuser.ReqGetFeatures, nil)
-					if err == nil && (len(v) != 8 || binary.LittleEndian.Uint64(v) != netdev.OfferedFeatures) {
-						err = fmt.Errorf("GET_FEATURES answered %x", v)
-					}
-					asked <- err
-				}()
-				time.Sleep(20 * time.Millisecond)
+func testHandoverKeepsEveryFrame(t *testing.T, role netdev.Role, twoPhase bool) {
+	old := newDataplane(t)
+	cfgs := map[string]netdev.Config{}
+	a := attach(t, old, "a", role, 2, cfgs)
+	b := attach(t, old, "b", role, 2, cfgs)
+	c := attach(t, old, "c", role, 1, cfgs)
+	learn(t, a, b, 2)
+	const n = 6000
+	s := startStream(a, b, n)
+	waitSent(t, s, n/3)
+
+	// c asks for its features while the old dataplane is paused:
+	// the request waits in the socket for the successor.
+	asked := make(chan error, 1)
+	during := func() {
+		go func() {
+			c.Conn().Raw().SetReadDeadline(time.Now().Add(10 * time.Second))
+			v, err := c.CtrlGet(vhostuser.ReqGetFeatures, nil)
+			if err == nil && (len(v) != 8 || binary.LittleEndian.Uint64(v) != netdev.OfferedFeatures) {
+				err = fmt.Errorf("GET_FEATURES answered %x", v)
 			}
-			oc, nc := handoffPair(t)
-			succ := newDataplane(t)
-			oldDone, rep := oldSide(old, oc, during)
-			if err := newSide(t, succ, nc, cfgs); err != nil {
-				t.Fatal("successor: ", err)
-			}
-			if err := <-oldDone; err != nil {
-				t.Fatal("old: ", err)
-			}
-			if err := <-asked; err != nil {
-				t.Fatal("a request sent during the pause: ", err)
-			}
-			atHandover := s.Sent()
-			waitStream(t, s)
-			t.Logf("%s: handover of %d ports after %d of %d frames, paused %v", role, rep.Ports, atHandover, n, rep.Pause)
-			if rep.Ports != 3 {
-				t.Errorf("handed %d ports, want 3", rep.Ports)
-			}
-			if len(old.Stats()) != 0 {
-				t.Errorf("the old dataplane still has %d ports", len(old.Stats()))
-			}
-			for name := range cfgs {
-				p, ok := succ.Port(name)
-				if !ok {
-					t.Fatalf("successor has no port %q", name)
-				}
-				if !p.Connected() || p.Connects() != 1 {
-					t.Errorf("port %s on the successor: connected %v after %d connects; want the adopted session only", name, p.Connected(), p.Connects())
-				}
-			}
-			if got := rxPackets(portStats(t, succ, "b")); got == 0 || got > uint64(n) {
-				t.Errorf("the successor delivered %d frames to b; want the stream's rest", got)
-			}
-			// The sessions go on: both directions, and the control path.
-			learn(t, a, b, 2)
-			if v, err := a.CtrlGet(vhostuser.ReqGetQueueNum, nil); err != nil || binary.LittleEndian.Uint64(v) != 2 {
-				t.Errorf("GET_QUEUE_NUM after the handover: %x, %v", v, err)
-			}
-		})
+			asked <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	oc, nc := handoffPair(t)
+	succ := newDataplane(t)
+	oldDone, rep := oldSide(old, oc, during)
+	if err := newSide(t, succ, nc, cfgs, twoPhase); err != nil {
+		t.Fatal("successor: ", err)
+	}
+	if err := <-oldDone; err != nil {
+		t.Fatal("old: ", err)
+	}
+	if err := <-asked; err != nil {
+		t.Fatal("a request sent during the pause: ", err)
+	}
+	atHandover := s.Sent()
+	waitStream(t, s)
+	t.Logf("%s: handover of %d ports after %d of %d frames, paused %v", role, rep.Ports, atHandover, n, rep.Pause)
+	if rep.Ports != 3 {
+		t.Errorf("handed %d ports, want 3", rep.Ports)
+	}
+	if len(old.Stats()) != 0 {
+		t.Errorf("the old dataplane still has %d ports", len(old.Stats()))
+	}
+	for name := range cfgs {
+		p, ok := succ.Port(name)
+		if !ok {
+			t.Fatalf("successor has no port %q", name)
+		}
+		if !p.Connected() || p.Connects() != 1 {
+			t.Errorf("port %s on the successor: connected %v after %d connects; want the adopted session only", name, p.Connected(), p.Connects())
+		}
+	}
+	if got := rxPackets(portStats(t, succ, "b")); got == 0 || got > uint64(n) {
+		t.Errorf("the successor delivered %d frames to b; want the stream's rest", got)
+	}
+	// The sessions go on: both directions, and the control path.
+	learn(t, a, b, 2)
+	if v, err := a.CtrlGet(vhostuser.ReqGetQueueNum, nil); err != nil || binary.LittleEndian.Uint64(v) != 2 {
+		t.Errorf("GET_QUEUE_NUM after the handover: %x, %v", v, err)
 	}
 }
 
@@ -259,6 +320,12 @@ func TestHandoverKeepsEveryFrame(t *testing.T) {
 // old dataplane, the stream whole; it kept none of the ports it had
 // adopted before refusing.
 func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
+	for _, ph := range phases {
+		t.Run(ph.name, func(t *testing.T) { testHandoverRefused(t, ph.twoPhase) })
+	}
+}
+
+func testHandoverRefused(t *testing.T, twoPhase bool) {
 	old := newDataplane(t)
 	cfgs := map[string]netdev.Config{}
 	a := attach(t, old, "a", netdev.RoleServer, 2, cfgs)
@@ -273,7 +340,7 @@ func TestHandoverRefusedGoesOnInOldProcess(t *testing.T) {
 	oc, nc := handoffPair(t)
 	succ := newDataplane(t)
 	oldDone, _ := oldSide(old, oc, nil)
-	err := newSide(t, succ, nc, bad)
+	err := newSide(t, succ, nc, bad, twoPhase)
 	if err == nil || !errors.Is(<-oldDone, handoff.ErrRefused) {
 		t.Fatalf("successor %v; the old side must see the refusal", err)
 	}
@@ -337,7 +404,7 @@ func TestHandoverWithTapUplink(t *testing.T) {
 	waitSent(t, s, n/3)
 	oc, nc := handoffPair(t)
 	oldDone, rep := oldSide(old, oc, nil)
-	succ, err := newSideBuilt(t, nc, cfgs, map[string]PortOptions{"a": opt}, func(st *handoff.State, fds []int) (*Dataplane, error) {
+	succ, err := newSideBuilt(t, nc, cfgs, map[string]PortOptions{"a": opt}, true, func(st *handoff.State, fds []int) (*Dataplane, error) {
 		if st.Uplink == nil || st.Uplink.Name != "vmqtap0" || len(st.Uplink.Queues) != 2 {
 			return nil, fmt.Errorf("handed uplink %+v, want vmqtap0 with 2 queues", st.Uplink)
 		}

@@ -2,14 +2,21 @@
 # End-to-end test of queue-count changes under traffic, the way the stall
 # seen on KubeVirt began: guest a (2 vCPUs, 4 queue pairs) changes its
 # queue count with `ethtool -L eth0 combined K` for K in --sequence
-# (default 1,4,2,4 three times) and after each change sends iperf3 -P 32
+# (default 1,4,2,4 three times) and after each change sends 32 iperf3
 # flows to guest b; QEMU turns each change into SET_VRING_ENABLE messages.
 #
-# Asserted after every change, from the dataplane's counters: each of the
-# K enabled pairs of port a carried frames out of the guest (TX) and into
-# it (RX) during that step's traffic; at the end: the stall watchdog found
-# nothing (vhostmq_queue_stalls_total 0 on both ports), iperf3 succeeded
-# at every step.
+# The guest runs one iperf3 client per vCPU, pinned there, so its XPS map
+# puts flows on every enabled queue. Asserted after every change, against
+# the guest's own per-queue counters (ethtool -S): on every pair the
+# dataplane served each frame the guest put on that TX queue and put each
+# frame the guest read from that RX queue (cumulative counts, within a ring
+# of each other), and a pair the guest disabled moved nothing during the
+# step (the dataplane's counters from the guest's start line on); over the
+# run, each pair carried the guest's frames after it was re-enabled; at
+# the end: the stall watchdog found nothing
+# (vhostmq_queue_stalls_total 0 on both ports), iperf3 succeeded at every
+# step. Which queues the guest uses is the guest's choice: a queue it left
+# empty in one step is shown in the table, not failed.
 #
 # Usage: hack/e2e-queues.sh [--role client|server] [--sequence 1,4,2,4,...]
 #          [--keep DIR]
@@ -49,38 +56,95 @@ vmq_tg_setup "$WORK" "$ROLE" 4
 vmq_log "work dir $WORK, role $ROLE, sequence $SEQ (${#STEPS[@]} changes), guests with 2 vCPUs"
 vmq_tg_boot churn "vmq.churn=$SEQ" vmq.churnpause=2
 
-# counters NAME: "tx rx" packets of each of port NAME's pairs, one pair a line
+# counters NAME: "served rx" frames of each of port NAME's pairs, one pair a
+# line, cumulative since the port's frontend connected: served is what the
+# dataplane took from the guest's TX ring (forwarded or dropped), rx what it
+# put into the guest's RX ring.
 counters() {
-    jq -r --arg p "$1" '.ports[] | select(.name == $p) | .queues[] | "\(.txPackets) \(.rxPackets)"' "$VMQ_TG_STATS"
+    jq -r --arg p "$1" '.ports[] | select(.name == $p) | .queues[] |
+        "\(.txPackets + .drops.txDisabled + .drops.noDestination + .drops.mtu + .drops.runt + .drops.badOffload) \(.rxPackets)"' "$VMQ_TG_STATS"
 }
+# gq LINE KEY: the guest's own counter KEY (tx_q0, rx_q3, ...) in a churn line
+gq() { sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$1" | head -n1; }
+# The guest counts a TX frame once the dataplane returned its buffer and an
+# RX frame once it took it from the ring, so on every pair the dataplane's
+# cumulative count is at least the guest's and at most a ring (256 entries,
+# not yet reaped or read by the guest) plus a few frames (TCP teardown after
+# the guest read its counters) above it.
+SLACK=320
 la=${VMQ_GUEST_LOG[a]}
-mapfile -t prev < <(counters a)
-table=("step queues tx_frames_per_pair rx_frames_per_pair iperf_mbps result")
+declare -A exercised=() disabled=() # pair -> steps the guest sent on it after a re-enable; pair -> was disabled since
+table=("step queues guest_tx_per_pair(step) dataplane-guest_tx(total) dataplane-guest_rx(total) iperf_mbps result")
 for i in "${!STEPS[@]}"; do
     step=$((i + 1)) k=${STEPS[i]}
+    # The host's counters once the guest disabled the queues beyond k (it
+    # says start a second after ethtool; the stats file may be 500 ms old):
+    # a pair the guest disabled must get nothing from here on.
+    if ! vmq_guest_wait a "^VHOSTMQ-RESULT churn step=$step queues=$k phase=start " 120; then
+        vmq_fail "step $step (combined $k): the guest did not change its queue count"
+        break
+    fi
+    sleep 0.5
+    mapfile -t begin < <(counters a)
     if ! vmq_guest_wait a "^VHOSTMQ-RESULT churn step=$step queues=$k phase=done " 120; then
         vmq_fail "step $step (combined $k): the guest did not finish its traffic"
         break
     fi
     sleep 0.8 # the stats file is rewritten every 500 ms
     mapfile -t cur < <(counters a)
-    line=$(tr -d '\r' <"$la" | grep "^VHOSTMQ-RESULT churn step=$step queues=$k phase=done " | tail -n1)
+    log=$(tr -d '\r' <"$la")
+    first=$(grep "^VHOSTMQ-RESULT churn step=$step queues=$k phase=start " <<<"$log" | tail -n1)
+    line=$(grep "^VHOSTMQ-RESULT churn step=$step queues=$k phase=done " <<<"$log" | tail -n1)
     rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line")
     mbps=$(sed -n 's/.* receiver_mbps=\([0-9.]*\).*/\1/p' <<<"$line")
-    txs="" rxs="" ok=1
+    gtx="" dtx="" drx="" ok=1
     for ((p = 0; p < 4; p++)); do
-        read -r t0 r0 <<<"${prev[p]:-0 0}"
-        read -r t1 r1 <<<"${cur[p]:-0 0}"
-        dt=$((t1 - t0)) dr=$((r1 - r0))
-        txs+="${txs:+/}$dt" rxs+="${rxs:+/}$dr"
-        if ((p < k && (dt == 0 || dr == 0))); then
+        read -r ht hr <<<"${cur[p]:-0 0}"
+        if ((p >= k)); then
+            # Disabled: the guest lists no counters for it (ethtool -S shows
+            # the enabled queues), and the dataplane must use it for nothing.
+            disabled[$p]=1
+            read -r bt br <<<"${begin[p]:-0 0}"
+            gtx+="${gtx:+/}-" dtx+="${dtx:+/}-" drx+="${drx:+/}-"
+            if ((ht != bt || hr != br)); then
+                ok=0
+                vmq_fail "step $step (combined $k): pair $p, which the guest disabled, moved $((ht - bt)) TX and $((hr - br)) RX frames during the step"
+            fi
+            continue
+        fi
+        t1=$(gq "$line" "tx_q$p") r1=$(gq "$line" "rx_q$p") t0=$(gq "$first" "tx_q$p") r0=$(gq "$first" "rx_q$p")
+        if [[ -z $t1 || -z $r1 || -z $t0 || -z $r0 ]]; then
             ok=0
-            vmq_fail "step $step (combined $k): enabled pair $p of port a carried tx $dt, rx $dr frames (guest: $(sed -n 's/.*\(tx_q'$p'=[0-9]*\).*/\1/p' <<<"$line"))"
+            vmq_fail "step $step (combined $k): the guest reported no counters for enabled queue $p (start: ${first:-none}; done: ${line:-none})"
+            continue
+        fi
+        gt=$((t1 - t0))
+        gtx+="${gtx:+/}$gt" dtx+="${dtx:+/}$((ht - t1))" drx+="${drx:+/}$((hr - r1))"
+        # Every frame the guest put on queue p was served on pair p, and
+        # every frame it read from RX queue p was put there by the dataplane.
+        if ((ht < t1 || ht > t1 + SLACK)); then
+            ok=0
+            vmq_fail "step $step (combined $k): pair $p of port a served $ht frames from the guest's TX ring; the guest counts tx_q$p=$t1 (the dataplane's count must be within [$t1, $((t1 + SLACK))])"
+        fi
+        if ((hr < r1 || hr > r1 + SLACK)); then
+            ok=0
+            vmq_fail "step $step (combined $k): pair $p of port a put $hr frames into the guest's RX ring; the guest counts rx_q$p=$r1 (the dataplane's count must be within [$r1, $((r1 + SLACK))])"
+        fi
+        if ((gt > 0)) && [[ $p == 0 || -n ${disabled[$p]:-} ]]; then
+            exercised[$p]+="${exercised[$p]:+,}$step"
         fi
     done
     [[ $rc == 0 ]] || { ok=0; vmq_fail "step $step (combined $k): iperf3 failed (rc=$rc)"; }
-    table+=("$step $k $txs $rxs ${mbps:-?} $([[ $ok == 1 ]] && echo ok || echo FAIL)")
-    prev=("${cur[@]}")
+    table+=("$step $k $gtx $dtx $drx ${mbps:-?} $([[ $ok == 1 ]] && echo ok || echo FAIL)")
+done
+# Each pair must have carried the guest's frames after it was re-enabled
+# (pair 0, never disabled: at all), or the run proved nothing about it.
+for ((p = 0; p < 4; p++)); do
+    if [[ -n ${exercised[$p]:-} ]]; then
+        vmq_ok "pair $p carried the guest's traffic after a re-enable in steps ${exercised[$p]}, served frame for frame"
+    else
+        vmq_fail "the guest never sent on queue $p after re-enabling it (guest tx per pair and step in the table): the run did not exercise pair $p"
+    fi
 done
 stalls=$(jq '[.ports[].queues[].stalls] | add // 0' "$VMQ_TG_STATS")
 held=$(jq '[.ports[].queues[].held] | add // 0' "$VMQ_TG_STATS")

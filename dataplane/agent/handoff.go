@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
 // An upgrade without a gap (#17, docs/architecture.md "Handing a live port
@@ -48,6 +50,12 @@ const (
 	// pauseBound bounds how long a session may take to reach a message
 	// boundary before the handoff gives up.
 	pauseBound = 2 * time.Second
+	// commitWait bounds how long the old process keeps its rings stopped
+	// waiting for Taken in a two-phase handoff (the successor prepared
+	// everything but the rings' positions); the successor answers within
+	// commitWait-commitMargin or refuses.
+	commitWait   = 3 * time.Second
+	commitMargin = time.Second
 )
 
 // Handoff is the last handoff this process took part in, for vhostmqctl.
@@ -56,7 +64,7 @@ type Handoff struct {
 	Role          string // "adopted" (this process took the ports) or "handed" (it gave them)
 	Peer          string // the other process's build
 	Ports         int
-	Pause         time.Duration // from the first parked session to the ports served again
+	Pause         time.Duration // handed: the rings' freeze to Taken; adopted: the freeze to serving (two-phase), else hello to serving
 	Adopted       int           // ports whose live session this process adopted
 	CreatedAfresh int           // stored ports created afresh instead (their frontends reconnect)
 }
@@ -151,7 +159,8 @@ type Takeover struct {
 	log     *slog.Logger
 	st      handoff.State
 	fds     []int
-	byName  map[string]int // handed port name -> index in st.Ports
+	byName  map[string]int // handed port name -> index in st.Ports, until adopted
+	index   map[string]int // handed port name -> index in st.Ports
 	adopted []string
 	fresh   int
 	t0      time.Time
@@ -167,27 +176,50 @@ func AskPredecessor(stateDir string, log *slog.Logger) (*Takeover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	t, err := ask(stateDir, log, true)
+	if errors.Is(err, errHelloRejected) {
+		// A predecessor from before two-phase handoffs rejects the
+		// field and closes, having touched nothing: ask it its way.
+		log.Info("handoff: the predecessor does not know two-phase handoffs; asking it in one phase")
+		t, err = ask(stateDir, log, false)
+	}
+	return t, err
+}
+
+// errHelloRejected: the predecessor closed the connection without
+// answering the hello.
+var errHelloRejected = errors.New("the predecessor closed the connection without answering the hello")
+
+func ask(stateDir string, log *slog.Logger, twoPhase bool) (*Takeover, error) {
 	path := filepath.Join(stateDir, handoffName)
 	nc, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
 		return nil, nil
 	}
 	c := handoff.NewConn(nc.(*net.UnixConn))
-	t := &Takeover{c: c, log: log, t0: time.Now(), byName: map[string]int{}}
-	log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path)
+	t := &Takeover{c: c, log: log, t0: time.Now(), byName: map[string]int{}, index: map[string]int{}}
+	log.Info("a dataplane is running on this state directory: asking it for its ports", "socket", path, "twoPhase", twoPhase)
 	nc.SetDeadline(time.Now().Add(handoffWait))
-	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build(), Pod: os.Getenv(PodEnv)}, nil); err != nil {
+	if err := c.Send(handoff.KindHello, handoff.Hello{PID: os.Getpid(), Build: Build(), Pod: os.Getenv(PodEnv), TwoPhase: twoPhase}, nil); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handoff: hello: %w", err)
 	}
 	fds, err := c.Recv(handoff.KindState, &t.st)
 	if err != nil {
 		c.Close()
+		if twoPhase && errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("handoff: %w (%v)", errHelloRejected, err)
+		}
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
 	nc.SetDeadline(time.Time{})
 	t.fds = fds
 	if err := t.st.Check(len(fds)); err != nil {
+		t.Refuse(nil, err)
+		return nil, fmt.Errorf("handoff: %w", err)
+	}
+	if t.st.Running && !twoPhase {
+		err := errors.New("state: running rings in a one-phase handoff")
 		t.Refuse(nil, err)
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
@@ -198,8 +230,10 @@ func AskPredecessor(stateDir string, log *slog.Logger) (*Takeover, error) {
 			return nil, fmt.Errorf("handoff: ports[%d]: %w", i, err)
 		}
 		t.byName[spec.Name] = i
+		t.index[spec.Name] = i
 	}
-	log.Info("handoff: the predecessor sent its ports", "build", t.st.Build, "ports", len(t.st.Ports), "fds", len(fds))
+	log.Info("handoff: the predecessor sent its ports", "build", t.st.Build, "ports", len(t.st.Ports), "fds", len(fds),
+		"running", t.st.Running)
 	return t, nil
 }
 
@@ -249,9 +283,11 @@ func (t *Takeover) adopt(name string, add func(hp handoff.Port, fds []int) error
 	return true, nil
 }
 
-// finish completes the takeover once every port is adopted: Taken, then
-// Released (or the predecessor's death), then the adopted ports are
-// served. An error leaves nothing adopted and the predecessor serving.
+// finish completes the takeover once every port is adopted: in a
+// two-phase handoff Ready, then the rings' final positions (Final); each
+// adopted port positioned; Taken, then Released (or the predecessor's
+// death), then the adopted ports are served. An error leaves nothing
+// adopted and the predecessor serving.
 func (t *Takeover) finish(a *Agent) error {
 	defer t.close()
 	for name := range t.byName {
@@ -259,11 +295,44 @@ func (t *Takeover) finish(a *Agent) error {
 		// session ends with the predecessor.
 		a.log.Warn("handoff: a handed port is not in this process's ports; its frontend loses it", "port", name)
 	}
-	if _, err := a.dp.LearnHandedMACs(&t.st); err != nil {
+	positions := func(i int) []handoff.Position { return netdev.Positions(t.st.Ports[i]) }
+	networks, deadline, margin := t.st.Networks, t.st.Deadline, handoffMargin
+	var frozenAt time.Time
+	if t.st.Running {
+		if left := time.Until(deadline); left < margin {
+			err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), margin)
+			t.Refuse(a.dp, err)
+			return err
+		}
+		if err := t.c.Send(handoff.KindReady, struct{}{}, nil); err != nil {
+			t.Refuse(a.dp, err)
+			return fmt.Errorf("handoff: ready: %w", err)
+		}
+		var fin handoff.Final
+		t.c.SetDeadline(deadline.Add(commitWait))
+		if _, err := t.c.Recv(handoff.KindFinal, &fin); err != nil {
+			t.Refuse(a.dp, err)
+			return fmt.Errorf("handoff: %w", err)
+		}
+		t.c.SetDeadline(time.Time{})
+		if err := t.st.CheckFinal(&fin); err != nil {
+			t.Refuse(a.dp, err)
+			return fmt.Errorf("handoff: %w", err)
+		}
+		positions = func(i int) []handoff.Position { return fin.Ports[i].Vrings }
+		networks, deadline, margin, frozenAt = fin.Networks, fin.Deadline, commitMargin, fin.FrozenAt
+	}
+	for _, name := range t.adopted {
+		if err := a.dp.PositionAdopted(name, positions(t.index[name])); err != nil {
+			t.Refuse(a.dp, err)
+			return fmt.Errorf("handoff: %w", err)
+		}
+	}
+	if _, err := a.dp.LearnHandedMACs(networks); err != nil {
 		a.log.Warn("handoff: the learned addresses were not taken over; the switch learns them again", "err", err)
 	}
-	if left := time.Until(t.st.Deadline); left < handoffMargin {
-		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), handoffMargin)
+	if left := time.Until(deadline); left < margin {
+		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), margin)
 		t.Refuse(a.dp, err)
 		return err
 	}
@@ -284,11 +353,16 @@ func (t *Takeover) finish(a *Agent) error {
 	}
 	n := a.dp.StartAdopted()
 	a.handedBy = t.st.Pod
-	pause := time.Since(t.t0)
+	sinceHello := time.Since(t.t0)
+	pause := sinceHello
+	attrs := []any{"adopted", n, "created afresh", t.fresh, "released", released, "twoPhase", t.st.Running, "sinceHello", sinceHello.String()}
+	if !frozenAt.IsZero() {
+		pause = time.Since(frozenAt)
+		attrs = append(attrs, "sinceFreeze", pause.String())
+	}
 	a.setLastHandoff(Handoff{At: time.Now(), Role: "adopted", Peer: t.st.Build, Ports: len(t.st.Ports), Pause: pause,
 		Adopted: n, CreatedAfresh: t.fresh})
-	a.log.Info("handoff done: serving the predecessor's ports", "adopted", n, "created afresh", t.fresh,
-		"released", released, "sinceHello", pause.String())
+	a.log.Info("handoff done: serving the predecessor's ports", attrs...)
 	return nil
 }
 
@@ -315,7 +389,7 @@ func (a *Agent) handOver(c *handoff.Conn) bool {
 		a.log.Warn("handoff: a connection that did not say hello", "err", err)
 		return false
 	}
-	a.log.Info("handoff: a successor asks for the ports", "pid", h.PID, "build", h.Build, "pod", h.Pod)
+	a.log.Info("handoff: a successor asks for the ports", "pid", h.PID, "build", h.Build, "pod", h.Pod, "twoPhase", h.TwoPhase)
 	if a.handedBy != "" && h.Pod == a.handedBy {
 		// The container of the pod being replaced restarted before the
 		// pod was deleted: the ports stay here.
@@ -336,31 +410,51 @@ func (a *Agent) handOver(c *handoff.Conn) bool {
 		return false
 	}
 	deadline := time.Now().Add(handoffWait)
-	rep, err := a.dp.Handover(Build(), pauseBound, func(st *handoff.State, fds []int) error {
+	send := func(st *handoff.State, fds []int) error {
 		st.Deadline = deadline
 		st.Pod = os.Getenv(PodEnv)
 		if err := c.Send(handoff.KindState, st, fds); err != nil {
 			return err
 		}
 		c.SetDeadline(deadline)
+		if h.TwoPhase {
+			_, err := c.Recv(handoff.KindReady, &struct{}{})
+			return err
+		}
 		_, err := c.Recv(handoff.KindTaken, &struct{}{})
 		return err
-	})
+	}
+	var commit func(*handoff.Final) error
+	if h.TwoPhase {
+		commit = func(fin *handoff.Final) error {
+			fin.Deadline = time.Now().Add(commitWait)
+			c.SetDeadline(fin.Deadline)
+			if err := c.Send(handoff.KindFinal, fin, nil); err != nil {
+				return err
+			}
+			_, err := c.Recv(handoff.KindTaken, &struct{}{})
+			return err
+		}
+	}
+	// Committed: nothing here touches the ports again. Let go of the lock
+	// and tell the successor to serve at once; then of what it takes
+	// next (the API socket, metrics, this socket), which it waits for.
+	committed := func() {
+		a.handedOver.Store(true)
+		a.lock.release()
+		c.SetDeadline(time.Now().Add(time.Second))
+		if err := c.Send(handoff.KindReleased, struct{}{}, nil); err != nil {
+			a.log.Warn("handoff: Released not sent; the successor serves once it sees the lock free", "err", err)
+		}
+	}
+	rep, err := a.dp.Handover(Build(), pauseBound, dataplane.Exchange{Send: send, Commit: commit, Committed: committed})
 	if err != nil {
 		a.endHanding()
 		c.Refuse(err.Error())
 		a.log.Warn("handoff refused or broken: this process goes on serving every port", "err", err)
 		return false
 	}
-	// Committed: nothing here touches the ports again. Let go of what the
-	// successor takes next: the lock, the API socket, metrics, this socket.
-	a.handedOver.Store(true)
-	a.lock.release()
 	a.stopServing()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if err := c.Send(handoff.KindReleased, struct{}{}, nil); err != nil {
-		a.log.Warn("handoff: Released not sent; the successor serves once it sees the lock free", "err", err)
-	}
 	a.setLastHandoff(Handoff{At: time.Now(), Role: "handed", Peer: h.Build, Ports: rep.Ports, Pause: rep.Pause})
 	a.log.Info("handoff done: the successor serves every port; this process now waits to be stopped",
 		"ports", rep.Ports, "pause", rep.Pause.String(), "successorPID", h.PID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -180,24 +181,39 @@ func fakeOld(t *testing.T, e *env, after func(c *handoff.Conn) error) chan error
 	}
 	done := make(chan error, 1)
 	go func() {
-		nc, err := ln.AcceptUnix()
-		if err != nil {
-			done <- err
-			return
+		// As a build from before two-phase handoffs: the successor's
+		// hello has a field it does not know, so it closes; the successor
+		// asks again in one phase.
+		var c *handoff.Conn
+		for try := 0; c == nil; try++ {
+			nc, err := ln.AcceptUnix()
+			if err != nil {
+				done <- err
+				return
+			}
+			c = handoff.NewConn(nc)
+			var legacy struct {
+				PID   int    `json:"pid"`
+				Build string `json:"build"`
+				Pod   string `json:"pod,omitempty"`
+			}
+			if _, err := c.Recv(handoff.KindHello, &legacy); err != nil {
+				c.Close()
+				c = nil
+				if try > 0 {
+					done <- fmt.Errorf("the successor's second hello: %w", err)
+					return
+				}
+			}
 		}
-		c := handoff.NewConn(nc)
 		defer c.Close()
-		if _, err := c.Recv(handoff.KindHello, &handoff.Hello{}); err != nil {
-			done <- err
-			return
-		}
-		_, err = e.dp.Handover("fake-old", pauseBound, func(st *handoff.State, fds []int) error {
+		_, err = e.dp.Handover("fake-old", pauseBound, dataplane.Exchange{Send: func(st *handoff.State, fds []int) error {
 			st.Deadline = time.Now().Add(handoffWait)
 			if err := c.Send(handoff.KindState, st, fds); err != nil {
 				return err
 			}
 			return after(c)
-		})
+		}}) // one phase, as a predecessor from before two-phase handoffs answers
 		done <- err
 	}()
 	return done

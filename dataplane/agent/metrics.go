@@ -200,7 +200,11 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	case <-ctx.Done():
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	listen := func() (net.Listener, error) { return net.Listen("tcp", addr) }
+	ln, err := listen()
+	if h, ok := a.LastHandoff(); ok && h.Role == "adopted" {
+		ln, err = retryInUse(ln, err, listen) // the predecessor lets go of it after its API
+	}
 	if err != nil {
 		return fmt.Errorf("metricsAddress: %w", err)
 	}

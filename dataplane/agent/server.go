@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,7 +29,8 @@ import (
 // (handoff.sock), Serve returns nil and the process serves nothing more.
 func (a *Agent) Serve(ctx context.Context) error {
 	defer a.lock.release()
-	if a.take != nil {
+	tookOver := a.take != nil
+	if tookOver {
 		t := a.take
 		a.take = nil
 		if err := t.finish(a); err != nil {
@@ -35,6 +38,11 @@ func (a *Agent) Serve(ctx context.Context) error {
 		}
 	}
 	ln, err := listenAPI(a.cfg.APISocket)
+	if tookOver {
+		// The predecessor lets go of its API just after Released: the
+		// ports are served already, the API follows.
+		ln, err = retryInUse(ln, err, func() (net.Listener, error) { return listenAPI(a.cfg.APISocket) })
+	}
 	if err != nil {
 		return err
 	}
@@ -93,6 +101,21 @@ func (a *Agent) stopServing() {
 	}
 }
 
+// errInUse: a socket or address another process still serves.
+var errInUse = errors.New("in use")
+
+// retryInUse calls listen again while the first try's err says the
+// address is in use, for up to handoffMargin: after a takeover the
+// predecessor lets go of its API socket and metrics address moments after
+// the ports.
+func retryInUse(ln net.Listener, err error, listen func() (net.Listener, error)) (net.Listener, error) {
+	for deadline := time.Now().Add(handoffMargin); err != nil && (errors.Is(err, errInUse) || errors.Is(err, syscall.EADDRINUSE)) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		ln, err = listen()
+	}
+	return ln, err
+}
+
 func listenAPI(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("API socket directory: %w", err)
@@ -104,7 +127,7 @@ func listenAPI(path string) (net.Listener, error) {
 		// A live agent answers on it; a stale socket of a killed one does not.
 		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("API socket: %s is in use by a running agent", path)
+			return nil, fmt.Errorf("API socket: %s is %w by a running agent", path, errInUse)
 		}
 		os.Remove(path)
 	}

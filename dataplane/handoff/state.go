@@ -14,6 +14,11 @@ type Hello struct {
 	Build string `json:"build"`
 	// Pod is the asker's pod UID, if it runs in one.
 	Pod string `json:"pod,omitempty"`
+	// TwoPhase asks for the exchange in two phases (Running state, Ready,
+	// Final). A predecessor that predates it rejects the field and closes
+	// the connection before it touches a port: the asker asks again
+	// without it.
+	TwoPhase bool `json:"twoPhase,omitempty"`
 }
 
 // State is everything the old process hands over, at a burst boundary
@@ -35,6 +40,59 @@ type State struct {
 	Networks json.RawMessage `json:"networks,omitempty"`
 	// Uplink is the tap uplink, when the dataplane has one.
 	Uplink *Uplink `json:"uplink,omitempty"`
+	// Running says the sessions are parked but the rings still run: each
+	// ring's Base is where it stood when the state was taken, Networks is
+	// a first copy, and Final follows with what to serve from.
+	Running bool `json:"running,omitempty"`
+}
+
+// Final is the last message of a two-phase exchange: what changed while
+// the successor prepared, taken with every ring stopped at a burst
+// boundary.
+type Final struct {
+	// FrozenAt is when the rings stopped: the successor reports the
+	// pause from it to its serving (both run on one node, on one clock).
+	FrozenAt time.Time `json:"frozenAt"`
+	// Deadline is when the old process stops waiting for Taken and
+	// serves again.
+	Deadline time.Time `json:"deadline"`
+	// Ports are State.Ports' rings, in the same order.
+	Ports []FinalPort `json:"ports"`
+	// Networks are the learned MAC entries at the freeze (as State's).
+	Networks json.RawMessage `json:"networks,omitempty"`
+}
+
+// FinalPort is one port's rings at the freeze.
+type FinalPort struct {
+	Vrings []Position `json:"vrings"`
+}
+
+// Position is where one ring stopped: Base is the next avail index the
+// dataplane will take, Broken why the ring stopped (as in Vring).
+type Position struct {
+	Index  int    `json:"index"`
+	Base   uint16 `json:"base"`
+	Broken string `json:"broken,omitempty"`
+}
+
+// CheckFinal verifies that f describes exactly the rings of s, port by
+// port, in the same order.
+func (s *State) CheckFinal(f *Final) error {
+	if len(f.Ports) != len(s.Ports) {
+		return fmt.Errorf("final.ports: %d ports, the state had %d", len(f.Ports), len(s.Ports))
+	}
+	for i, fp := range f.Ports {
+		sv := s.Ports[i].Vrings
+		if len(fp.Vrings) != len(sv) {
+			return fmt.Errorf("final.ports[%d].vrings: %d rings, the state had %d", i, len(fp.Vrings), len(sv))
+		}
+		for j, v := range fp.Vrings {
+			if v.Index != sv[j].Index {
+				return fmt.Errorf("final.ports[%d].vrings[%d].index: %d, the state had %d", i, j, v.Index, sv[j].Index)
+			}
+		}
+	}
+	return nil
 }
 
 // Uplink is the dataplane's tap uplink: its config, to be compared with

@@ -36,12 +36,21 @@ type Kind uint16
 // stopped touching them for good: only then does the new one serve. Until
 // it reads Taken the old process may still go back to serving (on
 // Refused or a broken exchange); after it, never.
+//
+// In two phases (Hello.TwoPhase), so that the rings stop only for the
+// last step: the old process sends State with its sessions parked but its
+// rings still running (State.Running), the new one sets every port up
+// (memory mapped, rings built, workers placed) and answers Ready; only
+// then does the old one stop its rings and send Final, their positions;
+// the new one answers Taken as above.
 const (
 	KindHello Kind = iota + 1
 	KindState
 	KindTaken
 	KindRefused
 	KindReleased
+	KindReady
+	KindFinal
 )
 
 func (k Kind) String() string {
@@ -56,6 +65,10 @@ func (k Kind) String() string {
 		return "refused"
 	case KindReleased:
 		return "released"
+	case KindReady:
+		return "ready"
+	case KindFinal:
+		return "final"
 	}
 	return fmt.Sprintf("kind(%d)", uint16(k))
 }

@@ -24,8 +24,10 @@ import (
 // version cannot serve (a feature it does not offer, a ring it cannot
 // map) is refused with an error and everything Adopt took is closed.
 //
-// The port does not serve until Start: the caller first gives its rings to
-// workers, as the kick hooks expect.
+// The rings are mapped, not positioned: Position sets where each resumes,
+// from the predecessor's last word (a two-phase handoff's Final, else the
+// state's own bases). The port does not serve until Start: the caller
+// first gives its rings to workers, as the kick hooks expect.
 func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks) (*Port, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -175,20 +177,61 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 			continue
 		}
 		// Map the ring now, to refuse what cannot be served before the
-		// predecessor lets go; it is served from Start on.
+		// predecessor lets go; it is served from Start on. In a two-phase
+		// handoff the predecessor still serves it: its indexes move.
 		if err := v.rebuild(c.mem, p.queueFeatures()); err != nil {
 			p.unlockAll()
 			return fail(fmt.Errorf("vrings[%d]: %w", i, err))
-		}
-		if v.q != nil && v.q.LastAvail() != hv.Base {
-			p.unlockAll()
-			return fail(fmt.Errorf("vrings[%d]: base %d but the ring's used index is %d: the predecessor was not stopped at a burst boundary",
-				i, hv.Base, v.q.UsedIdx()))
 		}
 		v.q = nil
 	}
 	p.unlockAll()
 	return p, nil
+}
+
+// Position sets an adopted port's rings where the predecessor stopped
+// them, at a burst boundary: every chain before Base completed, so the
+// ring's used index in guest memory must equal it; a ring the predecessor
+// found broken stays stopped until its frontend sets it up again. Before
+// Start only.
+func (p *Port) Position(pos []handoff.Position) error {
+	p.lockAll()
+	defer p.unlockAll()
+	for i, hp := range pos {
+		if hp.Index < 0 || hp.Index >= len(p.vrings) {
+			return fmt.Errorf("port %q: position %d: ring %d is beyond the port's %d rings", p.cfg.Name, i, hp.Index, len(p.vrings))
+		}
+		v := p.vrings[hp.Index]
+		v.base = hp.Base
+		if hp.Broken != "" {
+			v.broken = errors.New(hp.Broken)
+			continue
+		}
+		if v.broken != nil {
+			continue
+		}
+		if err := v.rebuild(p.ctl.mem, p.queueFeatures()); err != nil {
+			return fmt.Errorf("port %q: vring %d: %w", p.cfg.Name, hp.Index, err)
+		}
+		if v.q != nil && v.q.LastAvail() != hp.Base {
+			used := v.q.UsedIdx()
+			v.q = nil
+			return fmt.Errorf("port %q: vring %d: base %d but the ring's used index is %d: the predecessor was not stopped at a burst boundary",
+				p.cfg.Name, hp.Index, hp.Base, used)
+		}
+		v.q = nil
+	}
+	return nil
+}
+
+// Positions are the rings' positions a one-phase handoff's state gives
+// (its rings stopped when it was taken).
+func Positions(st handoff.Port) []handoff.Position {
+	out := make([]handoff.Position, len(st.Vrings))
+	for i, v := range st.Vrings {
+		out[i] = handoff.Position{Index: v.Index, Base: v.Base, Broken: v.Broken}
+	}
+	return out
 }
 
 // checkAdoptable refuses what this version cannot serve as it was set up.

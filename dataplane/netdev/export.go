@@ -44,13 +44,47 @@ func FreezeAll(ports []*Port) (unfreeze func()) {
 	}
 }
 
+// Positions says where each ring of the frozen port stands, for the last
+// message of a two-phase handoff (handoff.Final).
+func (p *Port) Positions() []handoff.Position {
+	out := make([]handoff.Position, len(p.vrings))
+	for i, v := range p.vrings {
+		out[i] = v.position()
+	}
+	return out
+}
+
+// position is where the ring stands; caller holds its lock.
+func (v *Vring) position() handoff.Position {
+	pos := handoff.Position{Index: v.Index, Base: v.base}
+	if v.q != nil {
+		pos.Base = v.q.LastAvail()
+	}
+	if v.broken != nil {
+		pos.Broken = v.broken.Error()
+	}
+	return pos
+}
+
 // Export describes the frozen port's live session for a successor process
 // (dataplane/handoff): the listening socket (server role), the vhost-user
 // connection, the negotiated features, the memory table, the dirty log and
 // every ring, with duplicates of their fds, which the caller owns (close
 // them once they are sent). Spec is the caller's to fill. The caller
 // suspended and froze the port.
-func (p *Port) Export() (handoff.Port, []int, error) {
+func (p *Port) Export() (handoff.Port, []int, error) { return p.export(false) }
+
+// ExportRunning is Export for the first message of a two-phase handoff:
+// the caller suspended the port (its session parked) but its rings still
+// run, so each ring's position is read under its lock and is only where
+// the ring stood then.
+func (p *Port) ExportRunning() (handoff.Port, []int, error) {
+	p.ctl.Lock()
+	defer p.ctl.Unlock()
+	return p.export(true)
+}
+
+func (p *Port) export(running bool) (handoff.Port, []int, error) {
 	var fds []int
 	fail := func(err error) (handoff.Port, []int, error) {
 		for _, fd := range fds {
@@ -118,16 +152,18 @@ func (p *Port) Export() (handoff.Port, []int, error) {
 		out.Log = &handoff.Log{Size: size, Offset: off, FD: i}
 	}
 	for _, v := range p.vrings {
-		hv := handoff.Vring{Index: v.Index, Num: v.num, Base: v.base, Started: v.started, Enabled: v.enabled}
-		if v.q != nil {
-			hv.Base = v.q.LastAvail()
+		hv := handoff.Vring{Index: v.Index, Num: v.num, Started: v.started, Enabled: v.enabled}
+		if running {
+			v.mu.Lock()
 		}
+		pos := v.position()
+		if running {
+			v.mu.Unlock()
+		}
+		hv.Base, hv.Broken = pos.Base, pos.Broken
 		if v.addrSet {
 			a := v.addr
 			hv.Addr = &handoff.Address{Flags: a.Flags, Desc: a.Desc, Used: a.Used, Avail: a.Avail, Log: a.Log}
-		}
-		if v.broken != nil {
-			hv.Broken = v.broken.Error()
 		}
 		var err error
 		for _, f := range []struct {
