@@ -80,6 +80,11 @@ bench-instructions: ## Callgrind instructions per frame: vhostmq's per-frame pat
 	hack/install-deps.sh --no-kernel
 	hack/bench/instructions.sh $(INSTR_ARGS)
 
+.PHONY: bench-handoff
+bench-handoff: build ## How long an upgrade stops the rings: 10 handoffs between two builds under QEMU traffic, quiet and beside stress-ng loads (cpu, vm, page faults, forks, mixed); frozen time and hello->serving, p50/max per load (hack/bench/handoff.sh; HANDOFF_ARGS, e.g. --runs 5 --loads none,cpu)
+	hack/install-deps.sh
+	hack/bench/handoff.sh $(HANDOFF_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 30s)
 	hack/fuzz.sh $(FUZZTIME)

@@ -52,7 +52,7 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
     libvirt-clients libxml2-utils containernetworking-plugins podman runc curl
-    valgrind prometheus bash-completion fish zsh) # valgrind: callgrind instructions per frame (hack/bench/instructions.sh); prometheus: promtool (hack/test-alerts.sh); shells: vhostmqctl's completion (hack/e2e-observe.sh)
+    valgrind prometheus bash-completion fish zsh stress-ng) # valgrind: callgrind instructions per frame (hack/bench/instructions.sh); prometheus: promtool (hack/test-alerts.sh); shells: vhostmqctl's completion (hack/e2e-observe.sh); stress-ng: the loads of hack/bench/handoff.sh
 ((SHELLCHECK)) && PKGS+=(shellcheck)
 
 T0=$(vmq_now)
