@@ -18,8 +18,8 @@
 # old process's freeze to Taken, the successor's hello to serving and its
 # start (first log line) to serving; and whether a guest saw its link go
 # down (carrier_changes moved: a reconnect, not a handoff). Printed: each
-# handoff, then p50 and max per load, with the CPU pressure (PSI some
-# avg10) during the series. Nothing is asserted: this is a measurement;
+# handoff, then p50 and max per load, with the CPU pressure during the
+# series (PSI: the share of time some task waited for a CPU). Nothing is asserted: this is a measurement;
 # make test's hack/e2e-handoff.sh asserts what the guests see.
 #
 # Usage: hack/bench/handoff.sh [--runs 10] [--loads none,cpu,vm,fault,fork,mixed]
@@ -82,7 +82,7 @@ dur() {
 carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
 
 ROWS=("load run frozen_ms freeze_to_taken_ms hello_to_serving_ms start_to_serving_ms")
-SUMMARY=("load runs frozen_ms(p50/max) hello_to_serving_ms(p50/max) start_to_serving_ms(p50/max) cpu_psi_avg10 reconnects")
+SUMMARY=("load runs frozen_ms(p50/max) hello_to_serving_ms(p50/max) start_to_serving_ms(p50/max) cpu_psi_some reconnects")
 IFS=, read -r -a LOADLIST <<<"$LOADS"
 for load in "${LOADLIST[@]}"; do
     work=$WORK/$load
@@ -142,6 +142,6 @@ echo "===== vhostmq handoff bench ($ROLE role, $RUNS handoffs per load) ====="
 printf '%s\n' "${ROWS[@]}" | vmq_table
 echo
 printf '%s\n' "${SUMMARY[@]}" | vmq_table
-echo "frozen: the old process's freeze to the successor serving (the rings stood still); cpu_psi_avg10: the share of time"
+echo "frozen: the old process's freeze to the successor serving (the rings stood still); cpu_psi_some: the share of time"
 echo "some task waited for a CPU during the series (/proc/pressure/cpu); reconnects: guests whose link went down"
 echo "work dir: $WORK"
