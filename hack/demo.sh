@@ -10,7 +10,8 @@
 # Usage: hack/demo.sh [--queues 4] [--streams 32] [--time 5] [--keep DIR] [--no-install]
 # Environment: VHOSTMQ_DATAPLANE (default <repo>/bin/vhostmq-dataplane, built
 #   with `go build` if missing and Go is available), VHOSTMQ_BACKEND=testpmd.
-# Exit status: 0 when ping and iperf3 worked and every queue pair carried traffic.
+# Exit status: 0 when ping and iperf3 worked and every queue the guests used
+# (their own counters) carried traffic on its pair.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh

@@ -26,10 +26,11 @@
 #   Every mode: no frame dropped for a bad offload header.
 #
 # Asserted: both guests use N rx + N tx queues; ping works; iperf3 succeeds
-# both ways with a rate > 0 (TCG-bound, ~0.5 Gbit/s); in the dataplane's
-# stats file ALL N queue pairs of BOTH ports have rxPackets>0 and
-# txPackets>0; the offload counters above; the dataplane exits 0 on
-# SIGTERM; reconnect recovers.
+# both ways with a rate > 0 (TCG-bound, ~0.5 Gbit/s); every queue each
+# guest put frames on or read frames from during the traffic (its own
+# ethtool -S counters: which queues it uses is its XPS and flow hash's
+# choice) was served on that pair in the dataplane's stats; the offload
+# counters above; the dataplane exits 0 on SIGTERM; reconnect recovers.
 #
 # Usage: hack/e2e-qemu.sh [--role server|client|both] [--queues 4] [--keep DIR]
 #          [--streams 32] [--time 5] [--reconnect auto|yes|no] [--down 2]
