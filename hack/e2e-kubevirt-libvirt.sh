@@ -578,11 +578,22 @@ tot=$(awk -F'\t' '$1 == "fast" { r += $4; t += $5 } END { print r + 0, t + 0 }' 
 gq=$(tr -d '\r' <"$SERIAL" | awk '$1 == "VHOSTMQ-RESULT" && $2 == "guest-queues" { $1 = $2 = ""; l = $0 } END { sub(/^ +/, "", l); print l }')
 # The guest's TX queue is the sending vCPU's (virtio-net XPS), and the
 # dataplane steers a flow's RX to the queue it came from, so which pairs carry
-# traffic depends on where the guest ran iperf3 and its softirqs: at least 2.
-if ((busy >= 2)) && [[ ${tot% *} -gt 0 && ${tot#* } -gt 0 ]]; then
-    pass "per-queue counters of port fast: $busy of $QUEUES queue pairs carried traffic both ways (rx ${tot% *} / tx ${tot#* } packets in total; the guest's per-queue counters: $gq)"
+# traffic is the guest's choice (where it ran iperf3 and its softirqs). What
+# the dataplane decides: every queue the guest used during its traffic, by
+# its own counters (from the guest-queues line before iperf3 to the last),
+# was served on that pair.
+g0=$(tr -d '\r' <"$SERIAL" | grep '^VHOSTMQ-RESULT guest-queues phase=traffic ' | head -n1)
+unserved=$(awk -F'\t' -v a="$g0" -v b="$gq" '
+    function g(line, k) { return match(line, "(^| )" k "=[0-9]+") ? substr(line, index(substr(line, RSTART), "=") + RSTART) + 0 : 0 }
+    $1 == "fast" {
+        gt = g(b, "tx_q" $2) - g(a, "tx_q" $2); gr = g(b, "rx_q" $2) - g(a, "rx_q" $2)
+        if (gt > 0 && $5 + 0 == 0) printf "pair %d: the guest sent %d on tx_q%d, the dataplane took none; ", $2, gt, $2
+        if (gr > 0 && $4 + 0 == 0) printf "pair %d: the guest read %d from rx_q%d, the dataplane put none; ", $2, gr, $2
+    }' <<<"$QTABLE")
+if [[ -n $g0 && -z $unserved ]] && ((busy >= 1)) && [[ ${tot% *} -gt 0 && ${tot#* } -gt 0 ]]; then
+    pass "per-queue counters of port fast: every queue the guest used was served on its pair; $busy of $QUEUES pairs carried traffic both ways (rx ${tot% *} / tx ${tot#* } packets in total; the guest's per-queue counters: $gq)"
 else
-    fail "per-queue counters of port fast: $busy of $QUEUES pairs carried traffic both ways (want >= 2): $(tr '\n\t' '; ' <<<"$QTABLE")"
+    fail "per-queue counters of port fast: ${unserved:-}$([[ -n $g0 ]] || echo "no guest counters before the traffic; ")$busy of $QUEUES pairs busy both ways: $(tr '\n\t' '; ' <<<"$QTABLE")"
 fi
 {
     echo "port pair cpu rxPackets txPackets rxBytes txBytes drops"
