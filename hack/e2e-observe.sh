@@ -12,8 +12,10 @@
 #   - VhostmqDropsHigh fires, for port a, reason no_destination, and no other
 #     alert does (no stall, every worker healthy, the port connected, and no
 #     kube-state-metrics series, so the Kubernetes alerts stay quiet).
-# The rules run as they are but with every `for:` set to 0s (a `for` of 10
-# minutes is what promtool's tests cover: hack/test-alerts.sh).
+# The rules run as they are but with VhostmqDropsHigh's `for:` set to 0s
+# (its 10 minutes are what promtool's tests cover: hack/test-alerts.sh);
+# the others keep theirs, so a worker a busy machine starved for one scrape
+# is pending, as in a cluster, not firing.
 #
 # vhostmqctl's shell completion, with two more ports made through the API:
 # bash (cobra's script under Debian's bash-completion, its completion
@@ -77,8 +79,10 @@ FE_PID=$VMQ_BG_PID
 vmq_wait_log "$WORK/testpmd.log" 'packet forwarding - ports=' 60 "$FE_PID" || vmq_die "testpmd did not start forwarding (log $WORK/testpmd.log)"
 
 # ------------------------------------------------------------------ Prometheus
-# the rules with every `for:` at 0s
-sed -E 's/^( +for:) .*/\1 0s/' "$VMQ_REPO_ROOT/charts/vhostmq/files/alerts.yaml" >"$WORK/alerts.yaml"
+# the rules as they are, VhostmqDropsHigh's `for:` at 0s
+awk '/- alert:/ { drops = ($3 == "VhostmqDropsHigh") } drops && /^ +for:/ { sub(/for:.*/, "for: 0s") } { print }' \
+    "$VMQ_REPO_ROOT/charts/vhostmq/files/alerts.yaml" >"$WORK/alerts.yaml"
+grep -q 'for: 0s' "$WORK/alerts.yaml" || vmq_die "VhostmqDropsHigh's for: not found in alerts.yaml"
 promtool check rules "$WORK/alerts.yaml" >/dev/null || vmq_die "promtool check rules $WORK/alerts.yaml failed"
 cat >"$WORK/prometheus.yml" <<EOF
 global: {scrape_interval: 1s, evaluation_interval: 1s}
