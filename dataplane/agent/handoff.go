@@ -369,7 +369,15 @@ func (t *Takeover) finish(a *Agent) error {
 // serveHandoffs answers successors on handoff.sock until the process hands
 // its ports over or stop closes.
 func (a *Agent) serveHandoffs(ln *net.UnixListener, stop <-chan struct{}) {
-	go func() { <-stop; ln.Close() }()
+	go func() {
+		<-stop
+		if a.handedOver.Load() {
+			// The path is the successor's socket by now (it listens on it
+			// once it serves, which may be before this runs): keep it.
+			ln.SetUnlinkOnClose(false)
+		}
+		ln.Close()
+	}()
 	for {
 		nc, err := ln.AcceptUnix()
 		if err != nil {

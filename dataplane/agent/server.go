@@ -59,6 +59,9 @@ func (a *Agent) Serve(ctx context.Context) error {
 	var closeHandoff sync.Once
 	stopHandoffs := func() { closeHandoff.Do(func() { close(handoffStop) }) }
 	a.closeHandoffs = stopHandoffs
+	// In this order: a successor listens on the API socket once it is
+	// free, then on handoff.sock (serveHandoffs keeps that path, the
+	// successor's by then).
 	a.onStop(stopHandoffs)
 	a.onStop(srv.Stop)
 	go a.serveHandoffs(hln, handoffStop)

@@ -12,6 +12,8 @@
 #   fault  stress-ng --fault 2: minor and major page faults
 #   fork   stress-ng --fork 2: processes made and reaped
 #   mixed  stress-ng --cpu 1 --vm 1 --vm-bytes 1G --fault 1 --fork 1
+#   crowd  stress-ng --cpu 6 --vm 2 --vm-bytes 512M --fault 2: ten busy
+#          tasks on two cores, a long run queue (a busy node's)
 #
 # Per handoff, from the two processes' own logs: frozen (the old process
 # stopped its rings until the successor served them, on one clock), the
@@ -22,8 +24,10 @@
 # series (PSI: the share of time some task waited for a CPU). Nothing is asserted: this is a measurement;
 # make test's hack/e2e-handoff.sh asserts what the guests see.
 #
-# Usage: hack/bench/handoff.sh [--runs 10] [--loads none,cpu,vm,fault,fork,mixed]
-#          [--role client|server] [--keep DIR]
+# Usage: hack/bench/handoff.sh [--runs 10] [--loads none,cpu,vm,fault,fork,mixed,crowd]
+#          [--role client|server] [--nice N] [--keep DIR]
+#   --nice N   run the dataplanes at nice N (e.g. -10): what a higher CPU
+#              priority does to the frozen time under load
 # Needs root, Go, QEMU and stress-ng (hack/install-deps.sh). About 1 min
 # per load at 10 runs.
 set -euo pipefail
@@ -32,21 +36,23 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/../lib.sh"
 VMQ_TAG=bench-handoff
 
-RUNS=10 LOADS=none,cpu,vm,fault,fork,mixed ROLE=client WORK=""
+RUNS=10 LOADS=none,cpu,vm,fault,fork,mixed,crowd ROLE=client WORK="" NICE=""
 while (($#)); do
     case $1 in
         --runs) RUNS=$2; shift 2 ;;
         --loads) LOADS=$2; shift 2 ;;
         --role) ROLE=$2; shift 2 ;;
+        --nice) NICE=$2; shift 2 ;;
         --keep) WORK=$2; shift 2 ;;
         -h | --help) vmq_usage "$0"; exit 0 ;;
         *) vmq_die "unknown argument: $1 (see --help)" ;;
     esac
 done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || vmq_die "--runs must be a positive number"
+[[ -z $NICE || $NICE =~ ^-?[0-9]+$ ]] || vmq_die "--nice must be a number (-20..19)"
 [[ $ROLE =~ ^(server|client)$ ]] || vmq_die "--role must be server or client"
-[[ $LOADS =~ ^(none|cpu|vm|fault|fork|mixed)(,(none|cpu|vm|fault|fork|mixed))*$ ]] ||
-    vmq_die "--loads must name none, cpu, vm, fault, fork or mixed, comma-separated"
+[[ $LOADS =~ ^(none|cpu|vm|fault|fork|mixed|crowd)(,(none|cpu|vm|fault|fork|mixed|crowd))*$ ]] ||
+    vmq_die "--loads must name none, cpu, vm, fault, fork, mixed or crowd, comma-separated"
 vmq_need_root
 command -v stress-ng >/dev/null || vmq_die "stress-ng not found: hack/install-deps.sh installs it"
 if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-bench-handoff.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
@@ -61,6 +67,11 @@ for v in a b; do
     BINS+=("$WORK/vhostmq-dataplane.$v")
     (cd "$VMQ_REPO_ROOT" && go build -ldflags "-X github.com/vhostmq/vhostmq/dataplane/agent.Version=bench-$v" \
         -o "$WORK/vhostmq-dataplane.$v" ./cmd/vhostmq-dataplane) || vmq_die "go build of the dataplane failed"
+    if [[ -n $NICE ]]; then
+        printf '#!/bin/sh\nexec nice -n %s %s "$@"\n' "$NICE" "$WORK/vhostmq-dataplane.$v" >"$WORK/nice.$v"
+        chmod +x "$WORK/nice.$v"
+        BINS[-1]=$WORK/nice.$v
+    fi
 done
 
 load_args() {
@@ -70,6 +81,7 @@ load_args() {
         fault) echo "--fault 2" ;;
         fork) echo "--fork 2" ;;
         mixed) echo "--cpu 1 --vm 1 --vm-bytes 1G --fault 1 --fork 1" ;;
+        crowd) echo "--cpu 6 --vm 2 --vm-bytes 512M --fault 2" ;;
     esac
 }
 # logtime LINE: seconds since the epoch of a dataplane log line's time=
@@ -138,7 +150,7 @@ for load in "${LOADLIST[@]}"; do
 done
 
 echo
-echo "===== vhostmq handoff bench ($ROLE role, $RUNS handoffs per load) ====="
+echo "===== vhostmq handoff bench ($ROLE role, $RUNS handoffs per load${NICE:+, dataplanes at nice $NICE}) ====="
 printf '%s\n' "${ROWS[@]}" | vmq_table
 echo
 printf '%s\n' "${SUMMARY[@]}" | vmq_table
