@@ -299,9 +299,7 @@ func (t *Takeover) finish(a *Agent) error {
 	networks, deadline, margin := t.st.Networks, t.st.Deadline, handoffMargin
 	var frozenAt time.Time
 	if t.st.Running {
-		if left := time.Until(deadline); left < margin {
-			err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), margin)
-			t.Refuse(a.dp, err)
+		if err := t.refuseLate(a, deadline, margin); err != nil {
 			return err
 		}
 		if err := t.c.Send(handoff.KindReady, struct{}{}, nil); err != nil {
@@ -331,9 +329,7 @@ func (t *Takeover) finish(a *Agent) error {
 	if _, err := a.dp.LearnHandedMACs(networks); err != nil {
 		a.log.Warn("handoff: the learned addresses were not taken over; the switch learns them again", "err", err)
 	}
-	if left := time.Until(deadline); left < margin {
-		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), margin)
-		t.Refuse(a.dp, err)
+	if err := t.refuseLate(a, deadline, margin); err != nil {
 		return err
 	}
 	if err := t.c.Send(handoff.KindTaken, struct{}{}, nil); err != nil {
@@ -363,6 +359,18 @@ func (t *Takeover) finish(a *Agent) error {
 	a.setLastHandoff(Handoff{At: time.Now(), Role: "adopted", Peer: t.st.Build, Ports: len(t.st.Ports), Pause: pause,
 		Adopted: n, CreatedAfresh: t.fresh})
 	a.log.Info("handoff done: serving the predecessor's ports", attrs...)
+	return nil
+}
+
+// refuseLate refuses the takeover when less than margin is left before
+// the predecessor's deadline: it may give up waiting before the answer
+// arrives.
+func (t *Takeover) refuseLate(a *Agent, deadline time.Time, margin time.Duration) error {
+	if left := time.Until(deadline); left < margin {
+		err := fmt.Errorf("handoff: %v left before the predecessor's deadline, under the %v margin", left.Round(time.Millisecond), margin)
+		t.Refuse(a.dp, err)
+		return err
+	}
 	return nil
 }
 
