@@ -77,8 +77,6 @@ vmq_log "rebuilding the dataplane as $NEXT (version $NEXT_VERSION)"
     -o "$NEXT" ./cmd/vhostmq-dataplane) || vmq_die "go build of the successor failed"
 cmp -s "$NEXT" "$VMQ_DATAPLANE" && vmq_die "the rebuilt binary is the same file as $VMQ_DATAPLANE"
 
-# carrier_values GUEST: the distinct carrier_changes values the guest reported
-carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
 
 # run_role ROLE handoff|restart
 run_role() {
@@ -199,7 +197,7 @@ run_role() {
         vmq_fail "guest a reported no pings"
     fi
     for g in a b; do
-        v=$(carrier_values "$g")
+        v=$(vmq_carrier_values "$g")
         vmq_res "carrier_changes_$g" "$v"
         if [[ $mode == restart ]]; then
             if [[ $v == *,* ]]; then

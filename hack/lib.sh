@@ -477,6 +477,10 @@ vmq_stats_idle_queues() {
           | join(" ") end' "$1" 2>/dev/null || echo "unreadable"
 }
 
+# vmq_carrier_values GUEST: the distinct carrier_changes values the guest
+# reported (vmq.carrierwatch=1), comma-separated: one value, no link down/up
+vmq_carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
+
 # vmq_guest_queue_check FILE PORT N: compares what guest PORT (guest and
 # port share a name) put on and read from each of its N queues during its
 # traffic, by its own counters (ethtool -S, from its first "guest-queues"

@@ -91,7 +91,6 @@ dur() {
     awk -v d="$1" 'BEGIN { v = d + 0; u = d; sub(/^[0-9.]+/, "", u)
         printf "%.2f", (u == "s") ? v * 1000 : (u == "ms") ? v : (u == "µs" || u == "us") ? v / 1000 : (u == "ns") ? v / 1e6 : -1 }'
 }
-carrier_values() { tr -d '\r' <"${VMQ_GUEST_LOG[$1]}" | sed -n 's/^VHOSTMQ-RESULT carrier changes=\([0-9]*\).*/\1/p' | sort -u | paste -sd,; }
 
 ROWS=("load run frozen_ms freeze_to_taken_ms hello_to_serving_ms start_to_serving_ms")
 SUMMARY=("load runs frozen_ms(p50/max) hello_to_serving_ms(p50/max) start_to_serving_ms(p50/max) cpu_psi_some reconnects")
@@ -142,7 +141,7 @@ for load in "${LOADLIST[@]}"; do
     psi=$(awk -v a="$psi0" -v b="$psi1" -v t="$(vmq_elapsed "$t0")" 'BEGIN { printf "%.0f%%", (b - a) / 1e4 / t }')
     [[ -n $spid ]] && vmq_stop "$spid" 5
     reconnects=0
-    for g in a b; do [[ $(carrier_values "$g") == *,* ]] && reconnects=$((reconnects + 1)); done
+    for g in a b; do [[ $(vmq_carrier_values "$g") == *,* ]] && reconnects=$((reconnects + 1)); done
     VMQ_BE_PID=$old_pid VMQ_BE_LOG=$old_log
     vmq_tg_teardown
     stat() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%s/%s", v[int((NR + 1) / 2)], v[NR] }'; }
