@@ -107,8 +107,8 @@ func (w *worker) armRX(rv *netdev.Vring) (kick int, more bool) {
 			rv.Counters.Kicks.Add(1)
 		}
 	}
-	if q.SetNotify(true) {
-		q.SetNotify(false)
+	if rv.SetNotify(q, true) {
+		rv.SetNotify(q, false)
 		return -1, true
 	}
 	if fd < 0 {
@@ -139,7 +139,7 @@ func (w *worker) unarmHolds() {
 		if rv := a.hold.rv; rv != nil {
 			rv.Lock()
 			if q := rv.Queue(); q != nil {
-				q.SetNotify(false) // RX kicks are off while no one waits for them
+				rv.SetNotify(q, false) // RX kicks are off while no one waits for them
 			}
 			rv.Unlock()
 		}

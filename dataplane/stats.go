@@ -23,6 +23,11 @@ type PortStats struct {
 	VLAN         int          `json:"vlan,omitempty"`
 	Queues       []QueueStats `json:"queues"`
 	DHCP         *DHCPStats   `json:"dhcp,omitempty"` // nil: the dataplane does not answer DHCP for this port
+	// Faults counts sessions that ended because the frontend took back
+	// memory it shared (netdev/fault.go).
+	Faults netdev.FaultCounts `json:"faults"`
+	// Memory says whether the frontend can still take its memory back.
+	Memory netdev.MemorySeals `json:"memory"`
 }
 
 // QueueStats is a snapshot of one queue pair.
@@ -102,6 +107,7 @@ func (d *Dataplane) PortStats(name string) (PortStats, bool) {
 func (p *port) stats() PortStats {
 	cfg := p.dev.Config()
 	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
+		Faults: p.dev.Faults(), Memory: p.dev.MemorySeals(),
 		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU(), Network: p.net.name, VLAN: p.net.vlan,
 		DHCP: p.dhcp.stats()}
 	vr := p.dev.Vrings()

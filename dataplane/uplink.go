@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
+	"github.com/vhostmq/vhostmq/dataplane/guestmem"
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/offload"
@@ -451,7 +452,7 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 			w.panics.Add(1)
 			var culprit *netdev.Vring // the held RX vring, if its memory faulted
 			if h := &w.s.rx; h.v != nil {
-				if w.s.inRX {
+				if w.s.inRX || guestmem.AsFault(r) != nil { // only guest memory can fault here
 					culprit = h.v
 				}
 				h.v.Unlock()
@@ -459,9 +460,7 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 			}
 			w.s.inRX = false
 			if v := culprit; v != nil {
-				v.Lock()
-				w.breakVring(v, fmt.Errorf("fault while delivering from the uplink: %v", r))
-				v.Unlock()
+				w.stopFaulted(r, "delivering from the uplink", v)
 				w.untouch(v)
 			}
 			wu := w.up
@@ -771,7 +770,7 @@ func (w *worker) unarmHeld() {
 		wu.notifyOn = nil
 		rv.Lock()
 		if q := rv.Queue(); q != nil {
-			q.SetNotify(false)
+			rv.SetNotify(q, false)
 		}
 		rv.Unlock()
 	}

@@ -168,9 +168,9 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 		w.watch(v, st.KickFD)
 	}
 	if q := v.Queue(); q != nil {
-		q.SetNotify(true)
+		v.SetNotify(q, true)
 	} else if q := v.StartedDisabled(); q != nil {
-		q.SetNotify(true)
+		v.SetNotify(q, true)
 	}
 	v.Unlock()
 	onWorker := w.serves(a)

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -339,16 +340,14 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 			if w.up != nil {
 				w.up.q.Cancel() // a frame to the uplink half built
 			}
-			v := a.tx
+			var blamed *netdev.Vring
 			if w.s.inRX && w.s.blamed != nil { // unlockBurst kept it
-				v = w.s.blamed
+				blamed = w.s.blamed
 			}
 			w.s.inRX, w.s.blamed = false, nil
 			w.s.a, w.s.txq, w.s.held = nil, nil, false
 			a.clearHold() // the chain in hand is returned (settleAfterFault)
-			v.Lock()
-			w.breakVring(v, fmt.Errorf("fault while serving: %v", r))
-			v.Unlock()
+			v := w.stopFaulted(r, "forwarding", cmp.Or(blamed, a.tx), a.tx)
 			w.settleAfterFault(a.tx, v)
 			worked = true
 		}
@@ -370,9 +369,9 @@ func (w *worker) arm() (more bool) {
 			continue
 		}
 		a.tx.Lock()
-		if q := a.tx.Queue(); q != nil && q.SetNotify(true) {
+		if q := a.tx.Queue(); q != nil && a.tx.SetNotify(q, true) {
 			more = true
-		} else if q := a.tx.StartedDisabled(); q != nil && q.SetNotify(true) {
+		} else if q := a.tx.StartedDisabled(); q != nil && a.tx.SetNotify(q, true) {
 			more = true
 		}
 		a.tx.Unlock()
@@ -388,7 +387,7 @@ func (w *worker) disarm() {
 	for _, a := range w.list.Load().list {
 		a.tx.Lock()
 		if q := a.tx.Queue(); q != nil {
-			q.SetNotify(false)
+			a.tx.SetNotify(q, false)
 		}
 		a.tx.Unlock()
 	}

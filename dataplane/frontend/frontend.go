@@ -106,6 +106,9 @@ type Config struct {
 	NoRxPrefill      bool          // don't post RX buffers during setup; the first Recv (or Refill) posts them
 	RxPoll           bool          // Recv and WaitTx poll the used ring instead of sleeping on the call eventfd
 	ReplyTimeout     time.Duration // how long to wait for a control reply; default 5s
+	// UnsealedMemory leaves guest memory unsealed, as a hugetlbfs-backed
+	// or hostile frontend does: ShrinkMemory can then take it back.
+	UnsealedMemory bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -916,8 +919,10 @@ func (f *Frontend) allocMemory() error {
 		return fmt.Errorf("frontend: ftruncate memfd: %w", err)
 	}
 	// Like QEMU's memory-backend-memfd seal=on: the size can no longer change.
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		return fmt.Errorf("frontend: sealing memfd: %w", err)
+	if !f.cfg.UnsealedMemory {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+			return fmt.Errorf("frontend: sealing memfd: %w", err)
+		}
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -932,6 +937,18 @@ func (f *Frontend) allocMemory() error {
 		if r.callFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 			return fmt.Errorf("frontend: eventfd: %w", err)
 		}
+	}
+	return nil
+}
+
+// ShrinkMemory takes guest memory back as a hostile frontend can: the
+// memfd is cut to size bytes, and every page past that is gone for the
+// backend too (its next access faults). Refused when the memory is sealed
+// (Config.UnsealedMemory is false). The frontend itself must not touch
+// that memory afterwards: only Close is safe then.
+func (f *Frontend) ShrinkMemory(size int) error {
+	if err := unix.Ftruncate(f.memfd, int64(size)); err != nil {
+		return fmt.Errorf("frontend: shrinking guest memory to %d bytes: %w", size, err)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ type Log struct {
 	// log starts in it, for a successor process (closed by Unmap)
 	fd     int
 	offset uint64
+	seals  Seals // the file's seals when mapped
 }
 
 // PageShift is the log's page size, 4 KiB (VHOST_LOG_PAGE).
@@ -51,7 +52,7 @@ func MapLog(fd int, size, offset uint64) (*Log, error) {
 	}
 	end := offset + size
 	if st.Size < 0 || uint64(st.Size) < end {
-		return nil, fmt.Errorf("log: file has %d bytes, the log needs %d (mmap_offset %#x + mmap_size %#x)", st.Size, end, offset, size)
+		return nil, fmt.Errorf("log: %w: file has %d bytes, the log needs %d (mmap_offset %#x + mmap_size %#x)", ErrShortFile, st.Size, end, offset, size)
 	}
 	m, err := unix.Mmap(fd, 0, int(end), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -63,8 +64,11 @@ func MapLog(fd int, size, offset uint64) (*Log, error) {
 		return nil, fmt.Errorf("log: dup: %w", err)
 	}
 	b := m[offset:end]
-	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8), fd: own, offset: offset}, nil
+	return &Log{mapping: m, words: unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), size/8), fd: own, offset: offset, seals: SealsOf(own)}, nil
 }
+
+// Seals are the log file's seals.
+func (l *Log) Seals() Seals { return l.seals }
 
 // File returns the log's file (the log keeps owning it), and its size and
 // offset there, as SET_LOG_BASE gave them.

@@ -41,6 +41,9 @@ type Region struct {
 	// per pair too, so a region lives until its last REM. Only the owner
 	// of the table (netdev, under its lock) touches it.
 	adds int
+	// seals are the file's seals when it was mapped (seals are never
+	// removed, so a seal seen then holds for the mapping's life)
+	seals Seals
 }
 
 // maxRegionBytes caps one mapping. No guest has 16 TiB of RAM per region;
@@ -50,6 +53,10 @@ const maxRegionBytes = 1 << 44
 // ErrOutOfBounds is returned when an address range is not inside guest
 // memory.
 var ErrOutOfBounds = errors.New("guest address range outside mapped memory")
+
+// ErrShortFile: a region's or log's file is shorter than what it is to be
+// mapped from (a frontend sent too large a size, or took memory back).
+var ErrShortFile = errors.New("the file does not back the whole mapping")
 
 // Map maps size bytes of fd at mmapOffset as the region that the frontend
 // sees at gpa (guest physical) and uva (its own virtual address). Map does
@@ -74,7 +81,7 @@ func Map(fd int, gpa, size, uva, mmapOffset uint64) (*Region, error) {
 	// region that the file does not back when we map it.
 	end := mmapOffset + size
 	if st.Size < 0 || uint64(st.Size) < end {
-		return nil, fmt.Errorf("region at gpa %#x: file has %d bytes, region needs %d (offset %#x + size %#x)", gpa, st.Size, end, mmapOffset, size)
+		return nil, fmt.Errorf("region at gpa %#x: %w: file has %d bytes, region needs %d (offset %#x + size %#x)", gpa, ErrShortFile, st.Size, end, mmapOffset, size)
 	}
 	// hugetlbfs wants lengths in whole huge pages (its st_blksize).
 	length := end
@@ -93,8 +100,12 @@ func Map(fd int, gpa, size, uva, mmapOffset uint64) (*Region, error) {
 		unix.Munmap(m)
 		return nil, fmt.Errorf("region at gpa %#x: dup: %w", gpa, err)
 	}
-	return &Region{GPA: gpa, UVA: uva, Size: size, mapping: m, data: m[mmapOffset:end:end], fd: own, offset: mmapOffset}, nil
+	return &Region{GPA: gpa, UVA: uva, Size: size, mapping: m, data: m[mmapOffset:end:end], fd: own, offset: mmapOffset, seals: SealsOf(own)}, nil
 }
+
+// Seals are the region's file's seals: whether the frontend can shrink
+// it (take the memory back).
+func (r *Region) Seals() Seals { return r.seals }
 
 // File returns the region's file (the region keeps owning it) and the
 // offset in it where the region starts.

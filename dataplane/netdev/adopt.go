@@ -122,10 +122,19 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 	}
 
 	// Guest memory and the dirty log, mapped from the predecessor's fds.
+	// A file the frontend shrank since the predecessor mapped it costs
+	// this port its session (lost), not the whole takeover.
+	var lost *pendingFault
 	for i, r := range st.Regions {
 		gr, err := guestmem.Map(regionFDs[i], r.GPA, r.Size, r.UVA, r.MmapOffset)
 		unix.Close(regionFDs[i])
 		regionFDs[i] = -1
+		if errors.Is(err, guestmem.ErrShortFile) {
+			if lost == nil {
+				lost = &pendingFault{vring: -1, where: "handoff adoption", reason: FaultGuestMemory, revoked: fmt.Sprintf("regions[%d]: %v", i, err)}
+			}
+			continue
+		}
 		if err != nil {
 			return fail(fmt.Errorf("regions[%d]: %w", i, err))
 		}
@@ -133,6 +142,12 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 			gr.AddAgain()
 		}
 		regions = append(regions, gr)
+	}
+	if lost != nil {
+		for _, r := range regions {
+			r.Unmap()
+		}
+		regions = nil
 	}
 	if len(regions) > 0 {
 		t, err := guestmem.NewTable(regions)
@@ -145,7 +160,9 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		p.ctl.log, err = guestmem.MapLog(logFD, st.Log.Size, st.Log.Offset)
 		unix.Close(logFD)
 		logFD = -1
-		if err != nil {
+		if errors.Is(err, guestmem.ErrShortFile) && lost == nil {
+			lost = &pendingFault{vring: -1, where: "handoff adoption", reason: FaultDirtyLog, revoked: "log: " + err.Error()}
+		} else if err != nil {
 			return fail(fmt.Errorf("log: %w", err))
 		}
 	}
@@ -157,6 +174,12 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 	p.owned.Store(st.Owned)
 	if first != nil {
 		c.conn = vhostuser.NewConn(first) // serve knows it by this: an adopted session
+		p.fault.live.Store(first)
+		if lost != nil {
+			lost.conn = first
+			p.fault.first = lost
+			p.log.Warn("adopted without its session: the frontend took back memory it shared; it reconnects", "revoked", lost.revoked)
+		}
 	}
 	p.lockAll()
 	for i, hv := range st.Vrings {
@@ -179,7 +202,7 @@ func Adopt(cfg Config, st handoff.Port, fds []int, log *slog.Logger, hooks Hooks
 		// Map the ring now, to refuse what cannot be served before the
 		// predecessor lets go; it is served from Start on. In a two-phase
 		// handoff the predecessor still serves it: its indexes move.
-		if err := v.rebuild(c.mem, p.queueFeatures()); err != nil {
+		if err := v.rebuild(c.mem, p.queueFeatures()); err != nil && !v.brokenBy(err, "handoff adoption") {
 			p.unlockAll()
 			return fail(fmt.Errorf("vrings[%d]: %w", i, err))
 		}
@@ -211,6 +234,9 @@ func (p *Port) Position(pos []handoff.Position) error {
 			continue
 		}
 		if err := v.rebuild(p.ctl.mem, p.queueFeatures()); err != nil {
+			if v.brokenBy(err, "handoff positioning") {
+				continue // the session ends once served; the takeover goes on
+			}
 			return fmt.Errorf("port %q: vring %d: %w", p.cfg.Name, hp.Index, err)
 		}
 		if v.q != nil && v.q.LastAvail() != hp.Base {

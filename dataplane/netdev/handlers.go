@@ -35,10 +35,7 @@ func (p *Port) handle(conn *vhostuser.Conn, m *vhostuser.Message) error {
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.log.Debug("vhost-user message", describe(m)...)
 	}
-	p.ctl.Lock()
-	reply, hasReply, err := p.dispatch(m)
-	ack := p.ctl.protocol&(1<<vhostuser.ProtoReplyAck) != 0 && m.NeedReply()
-	p.ctl.Unlock()
+	reply, hasReply, ack, err := p.dispatchLocked(m)
 
 	var re requestError
 	switch {
@@ -54,6 +51,15 @@ func (p *Port) handle(conn *vhostuser.Conn, m *vhostuser.Message) error {
 	default:
 		return fmt.Errorf("%s: %w", m.Request, err)
 	}
+}
+
+// dispatchLocked handles m under the session lock, which a panic in the
+// handler releases too (handleSafely turns it into the session's end).
+func (p *Port) dispatchLocked(m *vhostuser.Message) (reply []byte, hasReply, ack bool, err error) {
+	p.ctl.Lock()
+	defer p.ctl.Unlock()
+	reply, hasReply, err = p.dispatch(m)
+	return reply, hasReply, p.ctl.protocol&(1<<vhostuser.ProtoReplyAck) != 0 && m.NeedReply(), err
 }
 
 func (p *Port) vring(m *vhostuser.Message, index uint32) (*Vring, error) {
@@ -217,6 +223,10 @@ func (p *Port) setLogBase(m *vhostuser.Message) error {
 	if err != nil {
 		return failed("SET_LOG_BASE: %v", err)
 	}
+	if err := p.checkSealed("SET_LOG_BASE dirty log", l.Seals()); err != nil {
+		l.Unmap()
+		return failed("%w", err)
+	}
 	p.lockAll()
 	old := p.ctl.log
 	p.ctl.log = l
@@ -371,6 +381,10 @@ func (p *Port) setMemTable(m *vhostuser.Message) error {
 			return failed("region %d: %w", i, err)
 		}
 		mapped = append(mapped, gr)
+		if err := p.checkSealed(fmt.Sprintf("SET_MEM_TABLE region %d (gpa %#x)", i, r.GuestPhysAddr), gr.Seals()); err != nil {
+			undo()
+			return failed("%w", err)
+		}
 	}
 	t, err := guestmem.NewTable(mapped)
 	if err != nil {
@@ -416,6 +430,10 @@ func (p *Port) changeMemRegion(m *vhostuser.Message) error {
 	gr, err := guestmem.Map(fd, r.GuestPhysAddr, r.Size, r.UserAddr, r.MmapOffset)
 	unix.Close(fd)
 	if err != nil {
+		return failed("%w", err)
+	}
+	if err := p.checkSealed(fmt.Sprintf("ADD_MEM_REG region gpa %#x", r.GuestPhysAddr), gr.Seals()); err != nil {
+		gr.Unmap()
 		return failed("%w", err)
 	}
 	t, err := cur.With(gr)

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,9 @@ type Config struct {
 	// that has not is closed, so that nothing can hold a port by
 	// connecting and saying nothing. 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// RequireSealedMemory refuses guest memory and dirty logs whose file
+	// the frontend could shrink (seals.go).
+	RequireSealedMemory bool
 }
 
 // DefaultHandshakeTimeout is how long a frontend has to send SET_OWNER
@@ -156,8 +160,9 @@ type Port struct {
 	owned   atomic.Bool
 	refused atomic.Uint64 // connections refused while another was established
 
-	ln  *net.UnixListener // server role: the listening socket
-	sus suspender         // a handoff's pause of the session (handover.go)
+	ln    *net.UnixListener // server role: the listening socket
+	sus   suspender         // a handoff's pause of the session (handover.go)
+	fault faults            // faults in the session's shared memory (fault.go)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -436,6 +441,10 @@ func (p *Port) Refused() uint64 { return p.refused.Load() }
 // serve runs one frontend session. Any protocol error ends this session
 // only; the port waits for the next one.
 func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
+	// Shared memory is touched through code that catches its faults
+	// (fault.go); should anything else of the session touch it, the
+	// fault is a panic that handleSafely confines to the session.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	conn := vhostuser.NewConn(c)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
@@ -443,6 +452,7 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	adopted := p.ctl.conn != nil && p.ctl.conn.Raw() == c // Adopt set it up, state and all
 	p.ctl.conn = conn
 	p.ctl.Unlock()
+	p.fault.live.Store(c)
 	if !adopted {
 		p.owned.Store(false)
 	}
@@ -460,9 +470,9 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	err := p.session(ctx, conn, c)
 	conn.Close()
 	p.connected.Store(false)
-	p.reset()
+	faulted := p.reset()
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, faulted:
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		p.log.Warn("frontend connection closed: no SET_OWNER within the handshake timeout", "socket", p.cfg.Socket,
 			"connection", n, "timeout", hs.String())
@@ -486,6 +496,9 @@ func (p *Port) handshakeTimeout() time.Duration {
 func (p *Port) session(ctx context.Context, conn *vhostuser.Conn, c *net.UnixConn) error {
 	defer p.sus.end()
 	for {
+		if p.faulted() {
+			return errFaulted
+		}
 		if err := p.sus.next(ctx, p, c); err != nil {
 			return err
 		}
@@ -519,8 +532,9 @@ func (p *Port) handleSafely(conn *vhostuser.Conn, m *vhostuser.Message) (err err
 }
 
 // reset returns the port to its unconnected state: every ring stopped, its
-// eventfds closed, guest memory unmapped.
-func (p *Port) reset() {
+// eventfds closed, guest memory unmapped. It reports whether the session
+// ended for a fault in its shared memory (fault.go), which it logged.
+func (p *Port) reset() (faulted bool) {
 	p.ctl.Lock()
 	defer p.ctl.Unlock()
 	p.lockAll()
@@ -536,12 +550,14 @@ func (p *Port) reset() {
 	old, oldLog := p.ctl.mem, p.ctl.log
 	p.ctl.mem, p.ctl.log = nil, nil
 	p.unlockAll()
+	faulted = p.reportFault(old, oldLog)
 	old.Unmap()
 	oldLog.Unmap()
 	p.ctl.features, p.ctl.featuresSet, p.ctl.protocol, p.ctl.status = 0, false, 0, 0
 	p.rxCaps.Store(0)
 	p.mtu.Store(int32(p.cfg.MTU))
 	p.ctl.conn = nil
+	return faulted
 }
 
 // lockAll takes every vring lock in the global order: TX vrings first.
@@ -593,13 +609,15 @@ func (p *Port) rebuild(v *Vring) {
 	v.hdrLen = p.hdrLen()
 	v.mergeable = p.ctl.features&(1<<virtio.NetFMrgRxbuf) != 0
 	if err := v.rebuild(p.ctl.mem, p.queueFeatures()); err != nil {
-		v.broken = err
-		p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
+		if !v.brokenBy(err, "ring setup") {
+			v.broken = err
+			p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
+		}
 	} else if v.q != nil && !v.IsTX() {
 		// Only a worker holding a frame from the uplink for a full RX
 		// ring waits for buffers, and it asks for the kick then
 		// (dataplane/uplink.go): spare the guest the kicks.
-		v.q.SetNotify(false)
+		v.guarded("ring setup", notifyOff)
 	}
 	p.setLog(v)
 	p.changed(v)
@@ -614,10 +632,11 @@ func (p *Port) setLog(v *Vring) {
 		return
 	}
 	if p.ctl.features&(1<<vhostuser.FeatureLogAll) == 0 || p.ctl.log == nil {
-		v.q.SetLog(nil, false, 0)
+		v.guarded("log flush", func(q *virtq.Queue) { q.SetLog(nil, false, 0) })
 		return
 	}
-	v.q.SetLog(p.ctl.log, v.addr.Flags&vhostuser.VringAddrFlagLog != 0, v.addr.Log)
+	l, logUsed, usedGPA := p.ctl.log, v.addr.Flags&vhostuser.VringAddrFlagLog != 0, v.addr.Log
+	v.guarded("log flush", func(q *virtq.Queue) { q.SetLog(l, logUsed, usedGPA) })
 }
 
 func isEOF(err error) bool {

@@ -2,6 +2,7 @@ package netdev
 
 import (
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -120,20 +121,38 @@ type RingState struct {
 // not taken.
 func (s RingState) Pending() uint16 { return s.AvailIdx - s.LastAvail }
 
-// State reads the ring's state. Caller holds the lock.
+// State reads the ring's state. A fault in the ring's memory stops the
+// ring and ends the port's session (fault.go); the state then says so.
+// Caller holds the lock.
 func (v *Vring) State() RingState {
 	s := RingState{Started: v.started, Enabled: v.enabled, Ready: v.q != nil, Size: v.num, KickFD: v.kickFD,
 		LastAvail: v.base}
 	if v.broken != nil {
 		s.Broken = v.broken.Error()
 	}
-	if q := v.q; q != nil {
-		s.EventIdx = q.EventIdx()
-		s.AvailIdx, s.LastAvail, s.UsedIdx = q.AvailIdx(), q.LastAvail(), q.UsedIdx()
-		s.AvailEvent, s.UsedEvent = q.AvailEvent(), q.UsedEvent()
-		s.AvailFlags, s.UsedFlags = q.AvailFlags(), q.UsedFlags()
+	if v.q != nil {
+		if err := readState(v.q, &s); err != nil {
+			v.faulted("ring state", err)
+			s = RingState{Started: v.started, Enabled: v.enabled, Size: v.num, KickFD: v.kickFD, LastAvail: v.base, Broken: v.broken.Error()}
+		}
 	}
 	return s
+}
+
+// readState fills in what the ring's memory says (the watchdog's scan
+// allocates nothing: no closure).
+func readState(q *virtq.Queue, s *RingState) (err error) {
+	defer guestmem.Catch(&err, debug.SetPanicOnFault(true))
+	s.read(q)
+	return nil
+}
+
+// read fills in what the ring's memory says.
+func (s *RingState) read(q *virtq.Queue) {
+	s.Ready, s.EventIdx = true, q.EventIdx()
+	s.AvailIdx, s.LastAvail, s.UsedIdx = q.AvailIdx(), q.LastAvail(), q.UsedIdx()
+	s.AvailEvent, s.UsedEvent = q.AvailEvent(), q.UsedEvent()
+	s.AvailFlags, s.UsedFlags = q.AvailFlags(), q.UsedFlags()
 }
 
 // LogValue prints the state as one group in the log.
@@ -206,12 +225,15 @@ var eventOne = [8]byte{1}
 // (spec "Ring states": SET_VRING_KICK starts a ring, GET_VRING_BASE stops
 // it): a stopped ring is neither translated nor served, whatever arrives
 // for it or for other rings meanwhile. Caller holds the lock.
-func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
+func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) (err error) {
 	if v.q != nil {
-		v.q.FlushLog()
 		v.base = v.q.LastAvail() // keep a running ring's position
+		if !v.guarded("log flush", (*virtq.Queue).FlushLog) {
+			return v.broken
+		}
 	}
 	v.q = nil
+	defer guestmem.Catch(&err, debug.SetPanicOnFault(true)) // virtq.New reads the used index
 	if !v.started || mem == nil || !v.addrSet || v.num == 0 {
 		return nil
 	}
@@ -248,8 +270,8 @@ func (v *Vring) rebuild(mem *guestmem.Table, f virtq.Features) error {
 // resume and drops the queue. Caller holds the lock.
 func (v *Vring) stop() uint16 {
 	if v.q != nil {
-		v.q.FlushLog()
 		v.base = v.q.LastAvail()
+		v.guarded("log flush", (*virtq.Queue).FlushLog)
 	}
 	v.q, v.started = nil, false
 	return v.base

@@ -98,3 +98,9 @@ func (q *Queue) logPublished() {
 	q.lg.published = q.usedIdx
 	q.lg.c.Flush()
 }
+
+// Holds reports whether host address addr is memory the queue reaches:
+// its guest memory table or, while logging, its dirty log.
+func (q *Queue) Holds(addr uintptr) bool {
+	return q.mem.Contains(addr) || q.lg.on && q.lg.c.Contains(addr)
+}

@@ -1,0 +1,435 @@
+package dataplane
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
+)
+
+// The fault-injection suite (#26): a victim frontend takes back the memory
+// it shared (ftruncate of its unsealed memfd, or of its dirty log) at
+// every phase the tests can reach. Each case asserts that the process
+// lives (the test binary is it), that a numbered stream between two other
+// ports on the same worker loses, duplicates and reorders nothing, that
+// the victim's port counts one fault of the right reason and serves the
+// next frontend, and that no goroutine or fd is left behind.
+
+var macV = [6]byte{0x52, 0x54, 0, 0, 0, 0x0e}
+
+// faultRig is one worker serving three ports: a and b, the bystanders,
+// and v, the victim.
+type faultRig struct {
+	t     *testing.T
+	d     *Dataplane
+	a, b  *frontend.Frontend
+	vSock string
+	vcfg  frontend.Config
+	v     *frontend.Frontend
+	// baseline fds and goroutines: the bystanders connected, the
+	// victim's port without a session
+	fds, goroutines int
+	stream          *frontend.Stream
+	logs            *syncBuffer // the dataplane's log
+}
+
+const faultStreamFrames = 3000
+
+func newFaultRig(t *testing.T, cfg Config, vcfg frontend.Config) *faultRig {
+	t.Helper()
+	if cfg.CPUs == nil {
+		cfg.CPUs = []int{0} // one worker: the victim's faults happen on the bystanders' worker
+	}
+	logs := &syncBuffer{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	r := &faultRig{t: t, d: d, vcfg: vcfg, logs: logs}
+	r.a = dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{})
+	r.b = dial(t, addPort(t, d, "b", netdev.RoleServer, 1), frontend.Config{})
+	learn(t, r.a, r.b, 1)
+	r.vSock = addPort(t, d, "v", netdev.RoleServer, 1)
+	r.fds, r.goroutines = openFDs(t), settledGoroutines()
+	r.vcfg.UnsealedMemory = true
+	r.v = r.connectVictim(r.vcfg)
+	return r
+}
+
+// connectVictim attaches a frontend to the victim's port and makes the
+// switch learn its MAC.
+func (r *faultRig) connectVictim(cfg frontend.Config) *frontend.Frontend {
+	t := r.t
+	t.Helper()
+	f, err := frontend.Dial(r.vSock, cfg)
+	if err != nil {
+		t.Fatalf("victim's port: dial: %v", err)
+	}
+	if err := f.Send(0, broadcastFrom(macV)); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*frontend.Frontend{r.a, r.b} {
+		if fr, _ := recvAny(t, x, 1, 2*time.Second); !bytes.Equal(fr[6:12], macV[:]) {
+			t.Fatalf("got %x, want the victim's broadcast", fr[:12])
+		}
+	}
+	return f
+}
+
+// startStream starts the bystanders' numbered stream a -> b; b's receiver
+// skips what is not for it (a's frames to the victim, flooded while the
+// victim's MAC is unknown).
+func (r *faultRig) startStream() {
+	r.stream = frontend.StartStreamMatching(r.a, r.b, faultStreamFrames,
+		func(i int) []byte { return numbered(macB, macA, i) },
+		func(f []byte) bool { return bytes.Equal(f[0:6], macB[:]) })
+	waitSent(r.t, r.stream, faultStreamFrames/10)
+}
+
+// expectFault checks everything a case must show once the victim faulted.
+func (r *faultRig) expectFault(reason netdev.FaultReason) {
+	t := r.t
+	t.Helper()
+	var ps PortStats
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ps = portStats(t, r.d, "v")
+		if !ps.Connected && faultsOf(ps, reason) >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("victim's port: connected=%v faults=%+v after 10s, want disconnected with one %s fault", ps.Connected, ps.Faults, reason)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := faultsOf(ps, reason); n != 1 || ps.Faults.GuestMemory+ps.Faults.DirtyLog != 1 {
+		t.Errorf("victim's port: faults %+v, want exactly one %s fault", ps.Faults, reason)
+	}
+	if m := caughtIn.FindStringSubmatch(r.logs.String()); m != nil {
+		t.Logf("caught while %s", m[1])
+	}
+	r.v.Close() // only Close is safe on a frontend whose memory is gone
+	if r.stream == nil { // the attack needed an idle worker: the bystanders stream after it
+		r.startStream()
+	}
+	waitStream(t, r.stream) // every frame once, in order
+	for _, name := range []string{"a", "b"} {
+		ps := portStats(t, r.d, name)
+		if !ps.Connected || ps.Faults != (netdev.FaultCounts{}) {
+			t.Errorf("bystander %s: connected=%v faults=%+v after the victim's fault", name, ps.Connected, ps.Faults)
+		}
+		if q := ps.Queues[0]; q.Drops.BadChain != 0 || !q.RxEnabled || !q.TxEnabled {
+			t.Errorf("bystander %s: pair 0 %d bad chains, rx enabled %v, tx enabled %v: the victim's fault reached it",
+				name, q.Drops.BadChain, q.RxEnabled, q.TxEnabled)
+		}
+	}
+	// The same port serves the next frontend, both ways.
+	v2 := r.connectVictim(frontend.Config{})
+	msg := udpFrame(macV, macA, 7, 7, []byte("after the fault"))
+	if err := r.a.Send(0, msg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v2.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("the victim's next frontend: got %x, %v; want a's frame", got, err)
+	}
+	back := udpFrame(macA, macV, 7, 7, []byte("back"))
+	if err := v2.Send(0, back); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.a.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got, back) {
+		t.Fatalf("a from the victim's next frontend: got %x, %v", got, err)
+	}
+	v2.Close()
+	waitFor(t, "the victim's port to see its next frontend go", func() bool { return !portStats(t, r.d, "v").Connected })
+	r.expectNoLeak()
+}
+
+// expectNoLeak compares fds and goroutines with the baseline.
+func (r *faultRig) expectNoLeak() {
+	t := r.t
+	t.Helper()
+	var fds, gs int
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fds, gs = openFDs(t), settledGoroutines()
+		if fds <= r.fds && gs <= r.goroutines {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left behind: %d fds (baseline %d), %d goroutines (baseline %d)", fds, r.fds, gs, r.goroutines)
+			if gs > r.goroutines {
+				buf := make([]byte, 1<<20)
+				t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var caughtIn = regexp.MustCompile(`took back memory it shared.* while="?([^"=]+?)"? revoked=`)
+
+func faultsOf(ps PortStats, reason netdev.FaultReason) uint64 {
+	if reason == netdev.FaultDirtyLog {
+		return ps.Faults.DirtyLog
+	}
+	return ps.Faults.GuestMemory
+}
+
+func openFDs(t testing.TB) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+func settledGoroutines() int {
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond)
+	return runtime.NumGoroutine()
+}
+
+// shrink takes the victim's whole memory back.
+func (r *faultRig) shrink() {
+	r.t.Helper()
+	if err := r.v.ShrinkMemory(0); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// untilFault runs fn in a loop on a goroutine of its own, which turns
+// the victim frontend's own faults (its memory is gone too) into its end,
+// until stop is closed or fn fails.
+func untilFault(stop <-chan struct{}, wg *sync.WaitGroup, fn func() error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() { recover() }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := fn(); err != nil && !errors.Is(err, frontend.ErrRingFull) && !errors.Is(err, frontend.ErrTimeout) {
+				return
+			}
+		}
+	}()
+}
+
+func TestGuestFaultStaysInItsPort(t *testing.T) {
+	cases := []struct {
+		name   string
+		idle   bool // the worker must be idle at the attack: no stream during it
+		cfg    Config
+		vcfg   frontend.Config
+		reason netdev.FaultReason
+		attack func(t *testing.T, r *faultRig)
+	}{
+		{name: "idle, then a kick", cfg: Config{Watchdog: WatchdogConfig{Bound: -1}}, attack: func(t *testing.T, r *faultRig) {
+			r.shrink()
+			if err := r.v.Kick(1); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "idle, the watchdog looks", idle: true, cfg: Config{Watchdog: WatchdogConfig{Bound: 20 * time.Millisecond}}, attack: func(t *testing.T, r *faultRig) {
+			r.shrink()
+		}},
+		{name: "guest sending", attack: func(t *testing.T, r *faultRig) {
+			stop, wg := make(chan struct{}), &sync.WaitGroup{}
+			var sent atomic.Int64
+			untilFault(stop, wg, func() error {
+				// to itself: the switch drops it (no destination) after
+				// the worker read it from the victim's memory
+				err := r.v.Send(0, udpFrame(macV, macV, 9, 9, []byte("victim")))
+				if err == nil {
+					sent.Add(1)
+				}
+				return err
+			})
+			waitFor(t, "the victim to send", func() bool { return sent.Load() >= 50 })
+			r.shrink()
+			time.Sleep(50 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+		}},
+		{name: "guest receiving from another port", attack: func(t *testing.T, r *faultRig) {
+			stop, wg := make(chan struct{}), &sync.WaitGroup{}
+			var got atomic.Int64
+			untilFault(stop, wg, func() error {
+				if _, err := r.v.Recv(0, time.Millisecond); err != nil {
+					return err
+				}
+				got.Add(1)
+				return nil
+			})
+			// a sends to the victim from a goroutine of its own, beside
+			// the stream: the worker faults while serving a's TX ring.
+			aStop, awg := make(chan struct{}), &sync.WaitGroup{}
+			awg.Add(1)
+			go func() {
+				defer awg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-aStop:
+						return
+					default:
+					}
+					if err := r.a.Send(0, udpFrame(macV, macA, 5, 5, []byte("to the victim"))); err != nil {
+						time.Sleep(100 * time.Microsecond)
+					}
+					if i%8 == 0 {
+						time.Sleep(50 * time.Microsecond)
+					}
+				}
+			}()
+			waitFor(t, "the victim to receive", func() bool { return got.Load() >= 50 })
+			r.shrink()
+			waitFor(t, "the victim's fault", func() bool { return portStats(t, r.d, "v").Faults.GuestMemory > 0 })
+			time.Sleep(50 * time.Millisecond) // a goes on sending to the gone victim
+			close(aStop)
+			awg.Wait()
+			close(stop)
+			wg.Wait()
+		}},
+		{name: "ring stopped with GET_VRING_BASE, restarted after", cfg: Config{Watchdog: WatchdogConfig{Bound: -1}}, attack: func(t *testing.T, r *faultRig) {
+			// The ring stops first: from then on no worker touches it
+			// (a running ring's fault is the worker's to catch).
+			if _, err := r.v.GetVringBase(1); err != nil {
+				t.Fatalf("GET_VRING_BASE: %v", err)
+			}
+			r.shrink()
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(efd)
+			// SET_VRING_KICK restarts the ring: the control path reads
+			// its used index from the gone memory.
+			r.v.Ctrl(vhostuser.ReqSetVringKick, vhostuser.EncodeU64(nil, 1), []int{efd})
+		}},
+		{name: "a new SET_MEM_TABLE", cfg: Config{Watchdog: WatchdogConfig{Bound: -1}}, attack: func(t *testing.T, r *faultRig) {
+			// Both rings stop first, so that no worker finds the memory
+			// gone before the control path does.
+			for _, vr := range []int{0, 1} {
+				if _, err := r.v.GetVringBase(vr); err != nil {
+					t.Fatalf("GET_VRING_BASE %d: %v", vr, err)
+				}
+			}
+			r.shrink()
+			err := r.v.SetMemTableRegions(r.v.Regions())
+			var nack *frontend.NackError
+			if !errors.As(err, &nack) {
+				t.Fatalf("SET_MEM_TABLE of the shrunk memory: %v, want a refusal", err)
+			}
+			// The old table stays; restarting a ring on it faults.
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(efd)
+			r.v.Ctrl(vhostuser.ReqSetVringKick, vhostuser.EncodeU64(nil, 1), []int{efd})
+		}},
+		{name: "dirty log, guest receiving", vcfg: frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoLogSHMFD},
+			reason: netdev.FaultDirtyLog, attack: func(t *testing.T, r *faultRig) {
+				fd, _, size := newDirtyLog(t, r.v)
+				r.fds++ // the test's own log fd, closed when it ends
+				if err := r.v.SetLogBase(fd, size, 0); err != nil {
+					t.Fatal(err)
+				}
+				lr := &logRig{b: r.v}
+				lr.setFeatures(t, true)
+				lr.setLogUsed(t, true)
+				stop, wg := make(chan struct{}), &sync.WaitGroup{}
+				untilFault(stop, wg, func() error {
+					_, err := r.v.Recv(0, time.Millisecond)
+					return err
+				})
+				if err := unix.Ftruncate(fd, 0); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; portStats(t, r.d, "v").Faults.DirtyLog == 0 && i < 2000; i++ {
+					if err := r.a.Send(0, udpFrame(macV, macA, 5, 5, []byte("logged"))); err != nil {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				close(stop)
+				wg.Wait()
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newFaultRig(t, c.cfg, c.vcfg)
+			if !c.idle {
+				r.startStream()
+			}
+			c.attack(t, r)
+			r.expectFault(cmpReason(c.reason))
+		})
+	}
+}
+
+func cmpReason(r netdev.FaultReason) netdev.FaultReason {
+	if r == "" {
+		return netdev.FaultGuestMemory
+	}
+	return r
+}
+
+// TestFaultIsLoggedWithWhatWasRevoked: the log line names the port, the
+// ring and what the frontend took back.
+func TestFaultIsLoggedWithWhatWasRevoked(t *testing.T) {
+	var buf syncBuffer
+	cfg := Config{Watchdog: WatchdogConfig{Bound: -1}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	r := newFaultRig(t, cfg, frontend.Config{})
+	r.shrink()
+	if err := r.v.Kick(1); err != nil {
+		t.Fatal(err)
+	}
+	r.expectFault(netdev.FaultGuestMemory)
+	out := buf.String()
+	for _, want := range []string{"took back memory it shared", "port=v", "vring=1", "guest memory region gpa 0x100000", "its file now has 0 bytes", "reason=guest_memory"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
