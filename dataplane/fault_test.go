@@ -352,6 +352,33 @@ func TestGuestFaultStaysInItsPort(t *testing.T) {
 			defer unix.Close(efd)
 			r.v.Ctrl(vhostuser.ReqSetVringKick, vhostuser.EncodeU64(nil, 1), []int{efd})
 		}},
+		{name: "a rebalance move of the victim's pair, the guest sending", cfg: Config{CPUs: []int{0, 1}}, attack: func(t *testing.T, r *faultRig) {
+			stop, wg := make(chan struct{}), &sync.WaitGroup{}
+			var sent atomic.Int64
+			untilFault(stop, wg, func() error {
+				err := r.v.Send(0, udpFrame(macV, macV, 9, 9, []byte("victim")))
+				if err == nil {
+					sent.Add(1)
+				}
+				return err
+			})
+			waitFor(t, "the victim to send", func() bool { return sent.Load() >= 50 })
+			pv := r.d.byName["v"]
+			from := pv.workers[0].Load()
+			to := r.d.workers[0]
+			if to == from {
+				to = r.d.workers[1]
+			}
+			r.shrink()
+			r.d.placeMu.Lock()
+			err := r.d.move(pv.assigns[0], from, to)
+			r.d.placeMu.Unlock()
+			if err != nil {
+				t.Fatalf("moving the victim's pair: %v", err)
+			}
+			close(stop)
+			wg.Wait()
+		}},
 		{name: "dirty log, guest receiving", vcfg: frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoLogSHMFD},
 			reason: netdev.FaultDirtyLog, attack: func(t *testing.T, r *faultRig) {
 				fd, _, size := newDirtyLog(t, r.v)
@@ -432,4 +459,101 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestGuestFaultDuringHandoff: the victim takes its memory back while its
+// port is being handed to a successor dataplane (after the predecessor
+// froze it, before the successor maps it). The successor adopts the port
+// without its session instead of refusing the whole takeover: the
+// bystanders' stream crosses the handoff whole, the victim's port on the
+// successor counts the fault and serves the victim's next frontend.
+func TestGuestFaultDuringHandoff(t *testing.T) {
+	for _, ph := range phases {
+		t.Run(ph.name, func(t *testing.T) {
+			old := newDataplane(t, 0)
+			cfgs := map[string]netdev.Config{}
+			a := attach(t, old, "a", netdev.RoleServer, 1, cfgs)
+			b := attach(t, old, "b", netdev.RoleServer, 1, cfgs)
+			learn(t, a, b, 1)
+			vcfg := netdev.Config{Name: "v", Socket: sockPath(t, "v"), Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500}
+			cfgs["v"] = vcfg
+			if err := old.AddPort(vcfg, PortOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			v, err := frontend.Dial(vcfg.Socket, frontend.Config{UnsealedMemory: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer v.Close()
+			s := frontend.StartStreamMatching(a, b, faultStreamFrames, func(i int) []byte { return numbered(macB, macA, i) },
+				func(f []byte) bool { return bytes.Equal(f[0:6], macB[:]) })
+			waitSent(t, s, faultStreamFrames/3)
+
+			oc, nc := handoffPair(t)
+			succ := newDataplane(t, 0)
+			shrunk := make(chan error, 1)
+			oldDone, rep := oldSide(old, oc, func() { shrunk <- v.ShrinkMemory(0) })
+			if err := newSide(t, succ, nc, cfgs, ph.twoPhase); err != nil {
+				t.Fatal("successor: ", err)
+			}
+			if err := <-oldDone; err != nil {
+				t.Fatal("old: ", err)
+			}
+			if err := <-shrunk; err != nil {
+				t.Fatal(err)
+			}
+			waitStream(t, s)
+			if rep.Ports != 3 {
+				t.Errorf("handed %d ports, want 3", rep.Ports)
+			}
+			waitFor(t, "the successor to end the victim's session", func() bool {
+				ps := portStats(t, succ, "v")
+				return !ps.Connected && ps.Faults.GuestMemory == 1
+			})
+			for _, name := range []string{"a", "b"} {
+				if p, _ := succ.Port(name); !p.Connected() || p.Connects() != 1 {
+					t.Errorf("bystander %s on the successor: connected %v after %d connects; want its adopted session", name, p.Connected(), p.Connects())
+				}
+			}
+			v.Close()
+			v2 := dial(t, vcfg.Socket, frontend.Config{})
+			if err := v2.Send(0, udpFrame(macA, macV, 1, 1, []byte("after the handoff"))); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := a.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got[6:12], macV[:]) {
+				t.Fatalf("a from the victim's next frontend: %x, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestArmingFaultedRingBeforeSleep: a worker about to sleep re-enables
+// kicks on every ring it serves (arm), writing ring memory outside a
+// burst. The victim's memory gone, that ends the victim's session only,
+// and arm says to look again (the next pass finds the ring stopped).
+func TestArmingFaultedRingBeforeSleep(t *testing.T) {
+	r := newFaultRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}}, frontend.Config{})
+	w := r.d.workers[0]
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	// The test drives the worker: faults become panics as on its thread.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	r.shrink()
+	if !w.arm() {
+		t.Error("arm found the victim's ring faulted and did not say to look again")
+	}
+	waitFor(t, "the victim's session to end", func() bool {
+		ps := portStats(t, r.d, "v")
+		return !ps.Connected && ps.Faults.GuestMemory == 1
+	})
+	if m := caughtIn.FindStringSubmatch(r.logs.String()); m == nil || m[1] != "notification setting" {
+		t.Errorf("caught in %q, want notification setting", m)
+	}
+	for _, name := range []string{"a", "b"} {
+		if ps := portStats(t, r.d, name); !ps.Connected || ps.Queues[0].Drops.BadChain != 0 {
+			t.Errorf("bystander %s: connected %v, %d bad chains", name, ps.Connected, ps.Queues[0].Drops.BadChain)
+		}
+	}
+	r.v.Close()
 }
