@@ -52,6 +52,10 @@ type Config struct {
 	// Watchdog finds and heals guest TX rings that nobody serves
 	// (watchdog.go); on by default.
 	Watchdog WatchdogConfig
+	// RequireSealedMemory refuses guest memory and dirty logs whose file
+	// the frontend could shrink (take back): every port's
+	// netdev.Config.RequireSealedMemory.
+	RequireSealedMemory bool
 	// Handed is the uplink a predecessor process handed over (an upgrade
 	// without a gap): its tap is adopted when it is the one Uplink names,
 	// and read only once StartAdopted serves the adopted ports.
@@ -81,6 +85,7 @@ type Dataplane struct {
 
 	topo    balance.Topology
 	rebal   RebalanceConfig
+	sealed  bool        // Config.RequireSealedMemory
 	balance *rebalancer // rebalance.go
 	wd      *watchdog   // watchdog.go
 
@@ -147,7 +152,7 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 	}
 	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{},
-		topo: topo, rebal: cfg.Rebalance.withDefaults(),
+		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory,
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
 	cpus := cfg.CPUs
 	if len(cpus) == 0 {
@@ -236,6 +241,7 @@ func (d *Dataplane) CPUs() []int {
 // CPUs given, or spread so that a port's pairs land on distinct workers
 // of one NUMA node where there are enough.
 func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
+	cfg.RequireSealedMemory = cfg.RequireSealedMemory || d.sealed
 	_, err := d.addPort(cfg, opt, func(h netdev.Hooks) (*netdev.Port, error) { return netdev.New(cfg, d.log, h) })
 	return err
 }

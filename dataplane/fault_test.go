@@ -126,7 +126,7 @@ func (r *faultRig) expectFault(reason netdev.FaultReason) {
 	if m := caughtIn.FindStringSubmatch(r.logs.String()); m != nil {
 		t.Logf("caught while %s", m[1])
 	}
-	r.v.Close() // only Close is safe on a frontend whose memory is gone
+	r.v.Close()          // only Close is safe on a frontend whose memory is gone
 	if r.stream == nil { // the attack needed an idle worker: the bystanders stream after it
 		r.startStream()
 	}
@@ -556,4 +556,40 @@ func TestArmingFaultedRingBeforeSleep(t *testing.T) {
 		}
 	}
 	r.v.Close()
+}
+
+// TestRequireSealedMemory: with RequireSealedMemory, memory and a dirty
+// log whose file the frontend could shrink are refused with an error
+// naming the port and the setting; sealed memory is served, and the
+// stats say which is which.
+func TestRequireSealedMemory(t *testing.T) {
+	var logs syncBuffer
+	d, err := New(Config{RequireSealedMemory: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sock := addPort(t, d, "strict", netdev.RoleServer, 1)
+	_, err = frontend.Dial(sock, frontend.Config{UnsealedMemory: true})
+	if err == nil || !strings.Contains(err.Error(), "SET_MEM_TABLE") {
+		t.Fatalf("an unsealed frontend: %v, want SET_MEM_TABLE refused", err)
+	}
+	waitFor(t, "the refusal in the log", func() bool { return strings.Contains(logs.String(), "requireSealedMemory") })
+	for _, want := range []string{`port \"strict\": SET_MEM_TABLE region 0`, "not sealed against shrinking (F_SEAL_SHRINK)", "requireSealedMemory"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, logs.String())
+		}
+	}
+	f := dial(t, sock, frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoLogSHMFD})
+	if m := portStats(t, d, "strict").Memory; !m.Sealed() || m.Regions != 1 {
+		t.Errorf("a sealed frontend: memory %+v, want sealed", m)
+	}
+	// Its dirty log is a plain memfd: refused too.
+	fd, _, size := newDirtyLog(t, f)
+	if err := f.SetLogBase(fd, size, 0); err == nil {
+		t.Error("an unsealed dirty log was accepted")
+	}
+	if m := portStats(t, d, "strict").Memory; m.Log {
+		t.Errorf("memory %+v after the refused log: want no log mapped", m)
+	}
 }

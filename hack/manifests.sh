@@ -39,7 +39,7 @@ for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.servic
     "devicePlugin.enabled=false,dra.enabled=true,webhook.enabled=false" \
     "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vlan=10" \
     "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp" \
-    "dra.enabled=true,dra.devices=numa"; do
+    "dra.enabled=true,dra.devices=numa" "dataplane.requireSealedMemory=true"; do
     args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
     "$helm" "${args[@]}" >/dev/null || { "$helm" "${args[@]}"; vmq_die "helm lint ${set:+--set $set }failed"; }
 done

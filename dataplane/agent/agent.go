@@ -530,6 +530,9 @@ func (a *Agent) portLocked(r *record) *agentv1.Port {
 	}
 	ps, _ := a.dp.PortStats(r.spec.Id)
 	st.EnabledPairs = uint32(ps.EnabledPairs)
+	st.Memory = &agentv1.MemorySeals{Regions: uint32(ps.Memory.Regions), ShrinkSealed: uint32(ps.Memory.ShrinkSealed),
+		Log: ps.Memory.Log, LogShrinkSealed: ps.Memory.LogShrinkSealed}
+	st.Faults = &agentv1.PortFaults{GuestMemory: ps.Faults.GuestMemory, DirtyLog: ps.Faults.DirtyLog}
 	for i, s := range r.slots {
 		st.Queues = append(st.Queues, &agentv1.QueueAssignment{Pair: uint32(i), Slot: s.id, Cpu: int32(s.cpu)})
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
 // Metric label names; pod labels come from the port's k8s.pod.* labels.
@@ -39,6 +41,8 @@ var (
 	descEnabled   = desc("queue_enabled", "1 when both rings of the pair can carry traffic.", queueLabels)
 	descConnected = desc("port_connected", "1 while a vhost-user frontend is attached.", portLabels)
 	descConnects  = desc("port_connects_total", "vhost-user sessions since the port was created (reconnects + 1).", portLabels)
+	descFaults    = desc("port_faults_total", "Sessions ended because the frontend took back memory it shared (a fault in guest_memory or the dirty_log); the port serves its next frontend.", append(portLabels, "reason"))
+	descSealed    = desc("port_memory_sealed", "1 when the session's memory and dirty log are sealed against shrinking (F_SEAL_SHRINK): the frontend cannot take them back.", portLabels)
 	descWBusy     = desc("worker_busy_seconds_total", "Time the worker spent moving frames; its rate is the busy ratio.", []string{"cpu"})
 	descWHealthy  = desc("worker_healthy", "1 when the worker is running and its CPU usable.", []string{"cpu"})
 	descSlots     = desc("slots", "Queue slots on this node, by state.", []string{"state"})
@@ -57,7 +61,7 @@ type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descStalls, descHeld, descHoldExp, descMoves, descEnabled,
-		descConnected, descConnects, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP, descOffload, descUpOffload} {
+		descConnected, descConnects, descFaults, descSealed, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP, descOffload, descUpOffload} {
 		ch <- d
 	}
 }
@@ -90,6 +94,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		counter(descConnects, float64(p.Connects), p.Id, ns, pod)
+		if psOK {
+			counter(descFaults, float64(ps.Faults.GuestMemory), p.Id, ns, pod, string(netdev.FaultGuestMemory))
+			counter(descFaults, float64(ps.Faults.DirtyLog), p.Id, ns, pod, string(netdev.FaultDirtyLog))
+			if p.Connected {
+				gauge(descSealed, b2f(ps.Memory.Sealed()), p.Id, ns, pod)
+			}
+		}
 		for _, q := range p.Queues {
 			l := []string{p.Id, strconv.Itoa(int(q.Pair)), q.Slot, strconv.Itoa(int(q.Cpu)), ns, pod}
 			counter(descPackets, float64(q.Rx.Packets), append(l, "rx")...)

@@ -66,6 +66,12 @@ type Config struct {
 	// ring whose entries its worker could have taken and did not; absent:
 	// on, with a 100 ms bound.
 	Watchdog *Watchdog `yaml:"watchdog,omitempty"`
+	// RequireSealedMemory refuses a frontend's guest memory and dirty log
+	// unless their files are sealed against shrinking (F_SEAL_SHRINK, QEMU
+	// memory-backend-memfd's default): no frontend can then take memory
+	// back. Off by default: hugetlbfs memory cannot be sealed, and a
+	// frontend that takes memory back costs only its own session.
+	RequireSealedMemory bool `yaml:"requireSealedMemory,omitempty"`
 }
 
 // Watchdog configures the stall watchdog.

@@ -18,6 +18,7 @@ cpus: [0]
 statsFile: /run/vhostmq/stats.json
 logLevel: info
 macAgeSeconds: 300
+requireSealedMemory: true
 ports:
   - name: vm1
     socket: /var/run/vhostmq/vm1.sock
@@ -36,7 +37,7 @@ func TestParseValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.CPUs) != 1 || c.CPUs[0] != 0 || c.StatsFile != "/run/vhostmq/stats.json" || c.LogLevel != "info" || c.MACAgeSeconds != 300 {
+	if len(c.CPUs) != 1 || c.CPUs[0] != 0 || c.StatsFile != "/run/vhostmq/stats.json" || c.LogLevel != "info" || c.MACAgeSeconds != 300 || !c.RequireSealedMemory {
 		t.Errorf("top level: %+v", c)
 	}
 	if len(c.Ports) != 2 {

@@ -65,6 +65,7 @@ func newFakeAgent() *fakeAgent {
 				{Pair: 0, Slot: "c2-s0", Cpu: 2}, {Pair: 1, Slot: "c3-s0", Cpu: 3},
 				{Pair: 2, Slot: "c2-s0", Cpu: 2}, {Pair: 3, Slot: "c3-s0", Cpu: 3},
 			},
+			Memory: &agentv1.MemorySeals{Regions: 2, ShrinkSealed: 2},
 		},
 	}
 	f.ports["vm2-net0"] = &agentv1.Port{
@@ -76,6 +77,8 @@ func newFakeAgent() *fakeAgent {
 		Status: &agentv1.PortStatus{
 			Connected: true, Connects: 3, EnabledPairs: 1, Mtu: 9000,
 			Queues: []*agentv1.QueueAssignment{{Pair: 0, Slot: "c2-s1", Cpu: 2}, {Pair: 1, Slot: "c8-s0", Cpu: 8}},
+			Memory: &agentv1.MemorySeals{Regions: 1, ShrinkSealed: 0}, // hugetlbfs: cannot be sealed
+			Faults: &agentv1.PortFaults{GuestMemory: 1},
 		},
 	}
 	f.health = []*agentv1.Health{{

@@ -213,6 +213,24 @@ type portStatusJSON struct {
 	EnabledPairs uint32           `json:"enabled_pairs"`
 	MTU          uint32           `json:"mtu"`
 	Queues       []assignmentJSON `json:"queues"`
+	Memory       memoryJSON       `json:"memory"`
+	Faults       faultsJSON       `json:"faults"`
+}
+
+// memoryJSON says whether the frontend can take back the memory it
+// shared: F_SEAL_SHRINK on the files behind its regions and dirty log.
+type memoryJSON struct {
+	Regions         uint32 `json:"regions"`
+	ShrinkSealed    uint32 `json:"shrink_sealed"`
+	Log             bool   `json:"log"`
+	LogShrinkSealed bool   `json:"log_shrink_sealed"`
+	Sealed          bool   `json:"sealed"` // nothing can be taken back
+}
+
+// faultsJSON counts sessions ended because the frontend took back memory.
+type faultsJSON struct {
+	GuestMemory uint64 `json:"guest_memory"`
+	DirtyLog    uint64 `json:"dirty_log"`
 }
 
 type assignmentJSON struct {
@@ -270,7 +288,12 @@ func toPortJSON(p *agentv1.Port) portJSON {
 			EnabledPairs: st.GetEnabledPairs(),
 			MTU:          st.GetMtu(),
 			Queues:       []assignmentJSON{},
+			Faults:       faultsJSON{GuestMemory: st.GetFaults().GetGuestMemory(), DirtyLog: st.GetFaults().GetDirtyLog()},
 		},
+	}
+	if m := st.GetMemory(); m != nil {
+		j.Status.Memory = memoryJSON{Regions: m.GetRegions(), ShrinkSealed: m.GetShrinkSealed(), Log: m.GetLog(), LogShrinkSealed: m.GetLogShrinkSealed(),
+			Sealed: m.GetShrinkSealed() == m.GetRegions() && (!m.GetLog() || m.GetLogShrinkSealed())}
 	}
 	if j.MTU == 0 {
 		j.MTU = 1500
@@ -351,6 +374,18 @@ func writePortDetail(w io.Writer, j portJSON) error {
 		connects = "connect"
 	}
 	t.row("Connected:", fmt.Sprintf("%s (%d %s)", yesNo(j.Status.Connected), j.Status.Connects, connects))
+	if j.Status.Connected {
+		t.row("Memory:", memorySealsLine(j.Status.Memory))
+	}
+	if f := j.Status.Faults; f.GuestMemory+f.DirtyLog > 0 {
+		n := f.GuestMemory + f.DirtyLog
+		sessions := "sessions"
+		if n == 1 {
+			sessions = "session"
+		}
+		t.row("Faults:", fmt.Sprintf("%d %s ended: the frontend took back memory it shared (guest memory %d, dirty log %d)",
+			n, sessions, f.GuestMemory, f.DirtyLog))
+	}
 	if len(j.Labels) == 0 {
 		t.row("Labels:", "(none)")
 	} else {
@@ -369,4 +404,19 @@ func writePortDetail(w io.Writer, j portJSON) error {
 		}
 	}
 	return t.flush()
+}
+
+// memorySealsLine says whether the frontend can take its memory back.
+func memorySealsLine(m memoryJSON) string {
+	if m.Regions == 0 && !m.Log {
+		return "(none mapped)"
+	}
+	s := fmt.Sprintf("%d of %d regions sealed against shrinking", m.ShrinkSealed, m.Regions)
+	if m.Log {
+		s += fmt.Sprintf(", dirty log %s", map[bool]string{true: "sealed", false: "unsealed"}[m.LogShrinkSealed])
+	}
+	if m.Sealed {
+		return s + ": the frontend cannot take it back"
+	}
+	return s + ": the frontend can take memory back (its session then ends)"
 }

@@ -519,12 +519,17 @@ func (x *QueueAssignment) GetCpu() int32 {
 }
 
 type PortStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Connected     bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
-	Connects      uint64                 `protobuf:"varint,2,opt,name=connects,proto3" json:"connects,omitempty"`
-	EnabledPairs  uint32                 `protobuf:"varint,3,opt,name=enabled_pairs,json=enabledPairs,proto3" json:"enabled_pairs,omitempty"`
-	Mtu           uint32                 `protobuf:"varint,4,opt,name=mtu,proto3" json:"mtu,omitempty"`
-	Queues        []*QueueAssignment     `protobuf:"bytes,5,rep,name=queues,proto3" json:"queues,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Connected    bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	Connects     uint64                 `protobuf:"varint,2,opt,name=connects,proto3" json:"connects,omitempty"`
+	EnabledPairs uint32                 `protobuf:"varint,3,opt,name=enabled_pairs,json=enabledPairs,proto3" json:"enabled_pairs,omitempty"`
+	Mtu          uint32                 `protobuf:"varint,4,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	Queues       []*QueueAssignment     `protobuf:"bytes,5,rep,name=queues,proto3" json:"queues,omitempty"`
+	// memory says whether the frontend can take back the memory it shared
+	Memory *MemorySeals `protobuf:"bytes,6,opt,name=memory,proto3" json:"memory,omitempty"`
+	// faults counts sessions that a fault in the frontend's shared memory
+	// ended (it took the memory back), by reason
+	Faults        *PortFaults `protobuf:"bytes,7,opt,name=faults,proto3" json:"faults,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -594,6 +599,142 @@ func (x *PortStatus) GetQueues() []*QueueAssignment {
 	return nil
 }
 
+func (x *PortStatus) GetMemory() *MemorySeals {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *PortStatus) GetFaults() *PortFaults {
+	if x != nil {
+		return x.Faults
+	}
+	return nil
+}
+
+// MemorySeals: F_SEAL_SHRINK on the files behind the session's memory
+// regions and dirty log. An unsealed file can be cut by the frontend.
+type MemorySeals struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Regions         uint32                 `protobuf:"varint,1,opt,name=regions,proto3" json:"regions,omitempty"`
+	ShrinkSealed    uint32                 `protobuf:"varint,2,opt,name=shrink_sealed,json=shrinkSealed,proto3" json:"shrink_sealed,omitempty"` // regions whose file is sealed against shrinking
+	Log             bool                   `protobuf:"varint,3,opt,name=log,proto3" json:"log,omitempty"`                                       // a dirty log is mapped (live migration)
+	LogShrinkSealed bool                   `protobuf:"varint,4,opt,name=log_shrink_sealed,json=logShrinkSealed,proto3" json:"log_shrink_sealed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MemorySeals) Reset() {
+	*x = MemorySeals{}
+	mi := &file_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemorySeals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemorySeals) ProtoMessage() {}
+
+func (x *MemorySeals) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemorySeals.ProtoReflect.Descriptor instead.
+func (*MemorySeals) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MemorySeals) GetRegions() uint32 {
+	if x != nil {
+		return x.Regions
+	}
+	return 0
+}
+
+func (x *MemorySeals) GetShrinkSealed() uint32 {
+	if x != nil {
+		return x.ShrinkSealed
+	}
+	return 0
+}
+
+func (x *MemorySeals) GetLog() bool {
+	if x != nil {
+		return x.Log
+	}
+	return false
+}
+
+func (x *MemorySeals) GetLogShrinkSealed() bool {
+	if x != nil {
+		return x.LogShrinkSealed
+	}
+	return false
+}
+
+type PortFaults struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GuestMemory   uint64                 `protobuf:"varint,1,opt,name=guest_memory,json=guestMemory,proto3" json:"guest_memory,omitempty"`
+	DirtyLog      uint64                 `protobuf:"varint,2,opt,name=dirty_log,json=dirtyLog,proto3" json:"dirty_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortFaults) Reset() {
+	*x = PortFaults{}
+	mi := &file_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortFaults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortFaults) ProtoMessage() {}
+
+func (x *PortFaults) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortFaults.ProtoReflect.Descriptor instead.
+func (*PortFaults) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PortFaults) GetGuestMemory() uint64 {
+	if x != nil {
+		return x.GuestMemory
+	}
+	return 0
+}
+
+func (x *PortFaults) GetDirtyLog() uint64 {
+	if x != nil {
+		return x.DirtyLog
+	}
+	return 0
+}
+
 type Port struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *PortSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -604,7 +745,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +757,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +770,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Port) GetSpec() *PortSpec {
@@ -655,7 +796,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +808,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +821,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreatePortRequest) GetSpec() *PortSpec {
@@ -699,7 +840,7 @@ type DeletePortRequest struct {
 
 func (x *DeletePortRequest) Reset() {
 	*x = DeletePortRequest{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +852,7 @@ func (x *DeletePortRequest) String() string {
 func (*DeletePortRequest) ProtoMessage() {}
 
 func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +865,7 @@ func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeletePortRequest) GetId() string {
@@ -743,7 +884,7 @@ type DeletePortResponse struct {
 
 func (x *DeletePortResponse) Reset() {
 	*x = DeletePortResponse{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +896,7 @@ func (x *DeletePortResponse) String() string {
 func (*DeletePortResponse) ProtoMessage() {}
 
 func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +909,7 @@ func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeletePortResponse) GetExisted() bool {
@@ -787,7 +928,7 @@ type GetPortRequest struct {
 
 func (x *GetPortRequest) Reset() {
 	*x = GetPortRequest{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +940,7 @@ func (x *GetPortRequest) String() string {
 func (*GetPortRequest) ProtoMessage() {}
 
 func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +953,7 @@ func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPortRequest.ProtoReflect.Descriptor instead.
 func (*GetPortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetPortRequest) GetId() string {
@@ -830,7 +971,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +983,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +996,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 type ListPortsResponse struct {
@@ -867,7 +1008,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1020,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1033,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -911,7 +1052,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1064,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1077,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetStatsRequest) GetIds() []string {
@@ -956,7 +1097,7 @@ type Direction struct {
 
 func (x *Direction) Reset() {
 	*x = Direction{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1109,7 @@ func (x *Direction) String() string {
 func (*Direction) ProtoMessage() {}
 
 func (x *Direction) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1122,7 @@ func (x *Direction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Direction.ProtoReflect.Descriptor instead.
 func (*Direction) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Direction) GetPackets() uint64 {
@@ -1015,7 +1156,7 @@ type Drops struct {
 
 func (x *Drops) Reset() {
 	*x = Drops{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1168,7 @@ func (x *Drops) String() string {
 func (*Drops) ProtoMessage() {}
 
 func (x *Drops) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1181,7 @@ func (x *Drops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drops.ProtoReflect.Descriptor instead.
 func (*Drops) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Drops) GetRxNoBuffer() uint64 {
@@ -1119,7 +1260,7 @@ type Offload struct {
 
 func (x *Offload) Reset() {
 	*x = Offload{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1272,7 @@ func (x *Offload) String() string {
 func (*Offload) ProtoMessage() {}
 
 func (x *Offload) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1285,7 @@ func (x *Offload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offload.ProtoReflect.Descriptor instead.
 func (*Offload) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Offload) GetGsoWhole() uint64 {
@@ -1193,7 +1334,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1346,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1359,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueStats) GetPair() uint32 {
@@ -1355,7 +1496,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1508,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1521,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerStats) GetId() int32 {
@@ -1438,7 +1579,7 @@ type PortStats struct {
 
 func (x *PortStats) Reset() {
 	*x = PortStats{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1591,7 @@ func (x *PortStats) String() string {
 func (*PortStats) ProtoMessage() {}
 
 func (x *PortStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1604,7 @@ func (x *PortStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStats.ProtoReflect.Descriptor instead.
 func (*PortStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PortStats) GetId() string {
@@ -1512,7 +1653,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1665,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1678,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetStatsResponse) GetTimeUnixNano() int64 {
@@ -1569,7 +1710,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1722,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1735,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 type Slot struct {
@@ -1609,7 +1750,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1762,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1775,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Slot) GetId() string {
@@ -1676,7 +1817,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1829,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1842,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CPU) GetId() int32 {
@@ -1736,7 +1877,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1889,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1902,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Capacity) GetCpus() []*CPU {
@@ -1793,7 +1934,7 @@ type WatchHealthRequest struct {
 
 func (x *WatchHealthRequest) Reset() {
 	*x = WatchHealthRequest{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1946,7 @@ func (x *WatchHealthRequest) String() string {
 func (*WatchHealthRequest) ProtoMessage() {}
 
 func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1959,7 @@ func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHealthRequest.ProtoReflect.Descriptor instead.
 func (*WatchHealthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 type SlotHealth struct {
@@ -1832,7 +1973,7 @@ type SlotHealth struct {
 
 func (x *SlotHealth) Reset() {
 	*x = SlotHealth{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1985,7 @@ func (x *SlotHealth) String() string {
 func (*SlotHealth) ProtoMessage() {}
 
 func (x *SlotHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1998,7 @@ func (x *SlotHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHealth.ProtoReflect.Descriptor instead.
 func (*SlotHealth) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SlotHealth) GetId() string {
@@ -1892,7 +2033,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2045,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2058,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -1949,7 +2090,7 @@ type GetRebalanceRequest struct {
 
 func (x *GetRebalanceRequest) Reset() {
 	*x = GetRebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2102,7 @@ func (x *GetRebalanceRequest) String() string {
 func (*GetRebalanceRequest) ProtoMessage() {}
 
 func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2115,7 @@ func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRebalanceRequest.ProtoReflect.Descriptor instead.
 func (*GetRebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{29}
 }
 
 type RebalanceRequest struct {
@@ -1986,7 +2127,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2139,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2152,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RebalanceRequest) GetWindowMs() uint32 {
@@ -2033,7 +2174,7 @@ type RebalanceConfig struct {
 
 func (x *RebalanceConfig) Reset() {
 	*x = RebalanceConfig{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2186,7 @@ func (x *RebalanceConfig) String() string {
 func (*RebalanceConfig) ProtoMessage() {}
 
 func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2199,7 @@ func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceConfig.ProtoReflect.Descriptor instead.
 func (*RebalanceConfig) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebalanceConfig) GetIntervalMs() uint32 {
@@ -2105,7 +2246,7 @@ type QueueMove struct {
 
 func (x *QueueMove) Reset() {
 	*x = QueueMove{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2258,7 @@ func (x *QueueMove) String() string {
 func (*QueueMove) ProtoMessage() {}
 
 func (x *QueueMove) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2271,7 @@ func (x *QueueMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMove.ProtoReflect.Descriptor instead.
 func (*QueueMove) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueMove) GetTimeUnixNano() int64 {
@@ -2203,7 +2344,7 @@ type RebalanceRun struct {
 
 func (x *RebalanceRun) Reset() {
 	*x = RebalanceRun{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2356,7 @@ func (x *RebalanceRun) String() string {
 func (*RebalanceRun) ProtoMessage() {}
 
 func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2369,7 @@ func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRun.ProtoReflect.Descriptor instead.
 func (*RebalanceRun) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RebalanceRun) GetTimeUnixNano() int64 {
@@ -2285,7 +2426,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2438,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2451,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerLoad) GetCpu() int32 {
@@ -2353,7 +2494,7 @@ type RebalanceStatus struct {
 
 func (x *RebalanceStatus) Reset() {
 	*x = RebalanceStatus{}
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2506,7 @@ func (x *RebalanceStatus) String() string {
 func (*RebalanceStatus) ProtoMessage() {}
 
 func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2519,7 @@ func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatus.ProtoReflect.Descriptor instead.
 func (*RebalanceStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RebalanceStatus) GetConfig() *RebalanceConfig {
@@ -2417,7 +2558,7 @@ type GetHandoffRequest struct {
 
 func (x *GetHandoffRequest) Reset() {
 	*x = GetHandoffRequest{}
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2570,7 @@ func (x *GetHandoffRequest) String() string {
 func (*GetHandoffRequest) ProtoMessage() {}
 
 func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2583,7 @@ func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHandoffRequest.ProtoReflect.Descriptor instead.
 func (*GetHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{34}
+	return file_agent_proto_rawDescGZIP(), []int{36}
 }
 
 type Handoff struct {
@@ -2463,7 +2604,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2616,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2629,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{35}
+	return file_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Handoff) GetHappened() bool {
@@ -2580,7 +2721,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2733,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2746,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{36}
+	return file_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReserveRequest) GetOwner() string {
@@ -2655,7 +2796,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2808,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2821,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{37}
+	return file_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Reservation) GetOwner() string {
@@ -2720,7 +2861,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2873,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2886,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{38}
+	return file_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseRequest) GetOwner() string {
@@ -2763,7 +2904,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2916,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2929,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{39}
+	return file_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type ListReservationsRequest struct {
@@ -2800,7 +2941,7 @@ type ListReservationsRequest struct {
 
 func (x *ListReservationsRequest) Reset() {
 	*x = ListReservationsRequest{}
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2953,7 @@ func (x *ListReservationsRequest) String() string {
 func (*ListReservationsRequest) ProtoMessage() {}
 
 func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2966,7 @@ func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{40}
+	return file_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListReservationsRequest) GetPod() string {
@@ -2844,7 +2985,7 @@ type ListReservationsResponse struct {
 
 func (x *ListReservationsResponse) Reset() {
 	*x = ListReservationsResponse{}
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +2997,7 @@ func (x *ListReservationsResponse) String() string {
 func (*ListReservationsResponse) ProtoMessage() {}
 
 func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3010,7 @@ func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{41}
+	return file_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListReservationsResponse) GetReservations() []*Reservation {
@@ -2929,14 +3070,25 @@ const file_agent_proto_rawDesc = "" +
 	"\x0fQueueAssignment\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\tR\x04slot\x12\x10\n" +
-	"\x03cpu\x18\x03 \x01(\x05R\x03cpu\"\xb8\x01\n" +
+	"\x03cpu\x18\x03 \x01(\x05R\x03cpu\"\xa5\x02\n" +
 	"\n" +
 	"PortStatus\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x1a\n" +
 	"\bconnects\x18\x02 \x01(\x04R\bconnects\x12#\n" +
 	"\renabled_pairs\x18\x03 \x01(\rR\fenabledPairs\x12\x10\n" +
 	"\x03mtu\x18\x04 \x01(\rR\x03mtu\x129\n" +
-	"\x06queues\x18\x05 \x03(\v2!.vhostmq.agent.v1.QueueAssignmentR\x06queues\"l\n" +
+	"\x06queues\x18\x05 \x03(\v2!.vhostmq.agent.v1.QueueAssignmentR\x06queues\x125\n" +
+	"\x06memory\x18\x06 \x01(\v2\x1d.vhostmq.agent.v1.MemorySealsR\x06memory\x124\n" +
+	"\x06faults\x18\a \x01(\v2\x1c.vhostmq.agent.v1.PortFaultsR\x06faults\"\x8a\x01\n" +
+	"\vMemorySeals\x12\x18\n" +
+	"\aregions\x18\x01 \x01(\rR\aregions\x12#\n" +
+	"\rshrink_sealed\x18\x02 \x01(\rR\fshrinkSealed\x12\x10\n" +
+	"\x03log\x18\x03 \x01(\bR\x03log\x12*\n" +
+	"\x11log_shrink_sealed\x18\x04 \x01(\bR\x0flogShrinkSealed\"L\n" +
+	"\n" +
+	"PortFaults\x12!\n" +
+	"\fguest_memory\x18\x01 \x01(\x04R\vguestMemory\x12\x1b\n" +
+	"\tdirty_log\x18\x02 \x01(\x04R\bdirtyLog\"l\n" +
 	"\x04Port\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.vhostmq.agent.v1.PortSpecR\x04spec\x124\n" +
 	"\x06status\x18\x02 \x01(\v2\x1c.vhostmq.agent.v1.PortStatusR\x06status\"C\n" +
@@ -3157,7 +3309,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                        // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),                 // 1: vhostmq.agent.v1.PollingMode
@@ -3166,105 +3318,109 @@ var file_agent_proto_goTypes = []any{
 	(*Route)(nil),                    // 4: vhostmq.agent.v1.Route
 	(*QueueAssignment)(nil),          // 5: vhostmq.agent.v1.QueueAssignment
 	(*PortStatus)(nil),               // 6: vhostmq.agent.v1.PortStatus
-	(*Port)(nil),                     // 7: vhostmq.agent.v1.Port
-	(*CreatePortRequest)(nil),        // 8: vhostmq.agent.v1.CreatePortRequest
-	(*DeletePortRequest)(nil),        // 9: vhostmq.agent.v1.DeletePortRequest
-	(*DeletePortResponse)(nil),       // 10: vhostmq.agent.v1.DeletePortResponse
-	(*GetPortRequest)(nil),           // 11: vhostmq.agent.v1.GetPortRequest
-	(*ListPortsRequest)(nil),         // 12: vhostmq.agent.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),        // 13: vhostmq.agent.v1.ListPortsResponse
-	(*GetStatsRequest)(nil),          // 14: vhostmq.agent.v1.GetStatsRequest
-	(*Direction)(nil),                // 15: vhostmq.agent.v1.Direction
-	(*Drops)(nil),                    // 16: vhostmq.agent.v1.Drops
-	(*Offload)(nil),                  // 17: vhostmq.agent.v1.Offload
-	(*QueueStats)(nil),               // 18: vhostmq.agent.v1.QueueStats
-	(*WorkerStats)(nil),              // 19: vhostmq.agent.v1.WorkerStats
-	(*PortStats)(nil),                // 20: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),         // 21: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil),       // 22: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),                     // 23: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                      // 24: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),                 // 25: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil),       // 26: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),               // 27: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),                   // 28: vhostmq.agent.v1.Health
-	(*GetRebalanceRequest)(nil),      // 29: vhostmq.agent.v1.GetRebalanceRequest
-	(*RebalanceRequest)(nil),         // 30: vhostmq.agent.v1.RebalanceRequest
-	(*RebalanceConfig)(nil),          // 31: vhostmq.agent.v1.RebalanceConfig
-	(*QueueMove)(nil),                // 32: vhostmq.agent.v1.QueueMove
-	(*RebalanceRun)(nil),             // 33: vhostmq.agent.v1.RebalanceRun
-	(*WorkerLoad)(nil),               // 34: vhostmq.agent.v1.WorkerLoad
-	(*RebalanceStatus)(nil),          // 35: vhostmq.agent.v1.RebalanceStatus
-	(*GetHandoffRequest)(nil),        // 36: vhostmq.agent.v1.GetHandoffRequest
-	(*Handoff)(nil),                  // 37: vhostmq.agent.v1.Handoff
-	(*ReserveRequest)(nil),           // 38: vhostmq.agent.v1.ReserveRequest
-	(*Reservation)(nil),              // 39: vhostmq.agent.v1.Reservation
-	(*ReleaseRequest)(nil),           // 40: vhostmq.agent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 41: vhostmq.agent.v1.ReleaseResponse
-	(*ListReservationsRequest)(nil),  // 42: vhostmq.agent.v1.ListReservationsRequest
-	(*ListReservationsResponse)(nil), // 43: vhostmq.agent.v1.ListReservationsResponse
-	nil,                              // 44: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                              // 45: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*MemorySeals)(nil),              // 7: vhostmq.agent.v1.MemorySeals
+	(*PortFaults)(nil),               // 8: vhostmq.agent.v1.PortFaults
+	(*Port)(nil),                     // 9: vhostmq.agent.v1.Port
+	(*CreatePortRequest)(nil),        // 10: vhostmq.agent.v1.CreatePortRequest
+	(*DeletePortRequest)(nil),        // 11: vhostmq.agent.v1.DeletePortRequest
+	(*DeletePortResponse)(nil),       // 12: vhostmq.agent.v1.DeletePortResponse
+	(*GetPortRequest)(nil),           // 13: vhostmq.agent.v1.GetPortRequest
+	(*ListPortsRequest)(nil),         // 14: vhostmq.agent.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 15: vhostmq.agent.v1.ListPortsResponse
+	(*GetStatsRequest)(nil),          // 16: vhostmq.agent.v1.GetStatsRequest
+	(*Direction)(nil),                // 17: vhostmq.agent.v1.Direction
+	(*Drops)(nil),                    // 18: vhostmq.agent.v1.Drops
+	(*Offload)(nil),                  // 19: vhostmq.agent.v1.Offload
+	(*QueueStats)(nil),               // 20: vhostmq.agent.v1.QueueStats
+	(*WorkerStats)(nil),              // 21: vhostmq.agent.v1.WorkerStats
+	(*PortStats)(nil),                // 22: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),         // 23: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil),       // 24: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),                     // 25: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                      // 26: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),                 // 27: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil),       // 28: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),               // 29: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),                   // 30: vhostmq.agent.v1.Health
+	(*GetRebalanceRequest)(nil),      // 31: vhostmq.agent.v1.GetRebalanceRequest
+	(*RebalanceRequest)(nil),         // 32: vhostmq.agent.v1.RebalanceRequest
+	(*RebalanceConfig)(nil),          // 33: vhostmq.agent.v1.RebalanceConfig
+	(*QueueMove)(nil),                // 34: vhostmq.agent.v1.QueueMove
+	(*RebalanceRun)(nil),             // 35: vhostmq.agent.v1.RebalanceRun
+	(*WorkerLoad)(nil),               // 36: vhostmq.agent.v1.WorkerLoad
+	(*RebalanceStatus)(nil),          // 37: vhostmq.agent.v1.RebalanceStatus
+	(*GetHandoffRequest)(nil),        // 38: vhostmq.agent.v1.GetHandoffRequest
+	(*Handoff)(nil),                  // 39: vhostmq.agent.v1.Handoff
+	(*ReserveRequest)(nil),           // 40: vhostmq.agent.v1.ReserveRequest
+	(*Reservation)(nil),              // 41: vhostmq.agent.v1.Reservation
+	(*ReleaseRequest)(nil),           // 42: vhostmq.agent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 43: vhostmq.agent.v1.ReleaseResponse
+	(*ListReservationsRequest)(nil),  // 44: vhostmq.agent.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil), // 45: vhostmq.agent.v1.ListReservationsResponse
+	nil,                              // 46: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                              // 47: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	44, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	46, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
 	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
-	2,  // 6: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
-	6,  // 7: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
-	2,  // 8: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
-	7,  // 9: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
-	15, // 10: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
-	15, // 11: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
-	16, // 12: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
-	17, // 13: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
-	45, // 14: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
-	18, // 15: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
-	20, // 16: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
-	19, // 17: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
-	23, // 18: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
-	24, // 19: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
-	27, // 20: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
-	34, // 21: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
-	32, // 22: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
-	31, // 23: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
-	33, // 24: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
-	32, // 25: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
-	39, // 26: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
-	8,  // 27: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	9,  // 28: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	11, // 29: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	12, // 30: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	14, // 31: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	22, // 32: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	26, // 33: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	29, // 34: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
-	30, // 35: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	36, // 36: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
-	38, // 37: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
-	40, // 38: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
-	42, // 39: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
-	7,  // 40: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	10, // 41: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	7,  // 42: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	13, // 43: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	21, // 44: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	25, // 45: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	28, // 46: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	35, // 47: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	33, // 48: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	37, // 49: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
-	39, // 50: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
-	41, // 51: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
-	43, // 52: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
-	40, // [40:53] is the sub-list for method output_type
-	27, // [27:40] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	7,  // 6: vhostmq.agent.v1.PortStatus.memory:type_name -> vhostmq.agent.v1.MemorySeals
+	8,  // 7: vhostmq.agent.v1.PortStatus.faults:type_name -> vhostmq.agent.v1.PortFaults
+	2,  // 8: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
+	6,  // 9: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
+	2,  // 10: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
+	9,  // 11: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
+	17, // 12: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
+	17, // 13: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
+	18, // 14: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
+	19, // 15: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
+	47, // 16: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	20, // 17: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
+	22, // 18: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
+	21, // 19: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
+	25, // 20: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
+	26, // 21: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
+	29, // 22: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
+	36, // 23: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
+	34, // 24: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
+	33, // 25: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
+	35, // 26: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
+	34, // 27: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
+	41, // 28: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
+	10, // 29: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	11, // 30: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	13, // 31: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	14, // 32: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	16, // 33: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	24, // 34: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	28, // 35: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	31, // 36: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	32, // 37: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	38, // 38: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
+	40, // 39: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
+	42, // 40: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
+	44, // 41: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
+	9,  // 42: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	12, // 43: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	9,  // 44: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	15, // 45: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	23, // 46: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	27, // 47: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	30, // 48: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	37, // 49: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	35, // 50: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	39, // 51: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
+	41, // 52: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
+	43, // 53: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
+	45, // 54: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -3273,14 +3429,14 @@ func file_agent_proto_init() {
 		return
 	}
 	file_agent_proto_msgTypes[0].OneofWrappers = []any{}
-	file_agent_proto_msgTypes[36].OneofWrappers = []any{}
+	file_agent_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
