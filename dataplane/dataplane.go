@@ -56,6 +56,9 @@ type Config struct {
 	// the frontend could shrink (take back): every port's
 	// netdev.Config.RequireSealedMemory.
 	RequireSealedMemory bool
+	// MaxGuestMemory bounds the guest memory one port's session may map,
+	// in bytes (netdev.Config.MaxMemory); 0: netdev.DefaultMaxMemory.
+	MaxGuestMemory uint64
 	// Handed is the uplink a predecessor process handed over (an upgrade
 	// without a gap): its tap is adopted when it is the one Uplink names,
 	// and read only once StartAdopted serves the adopted ports.
@@ -69,6 +72,14 @@ type Config struct {
 type HandedUplink struct {
 	Uplink *handoff.Uplink
 	FDs    []int
+}
+
+// portLimits applies the dataplane's bounds to a port that sets none.
+func (d *Dataplane) portLimits(cfg *netdev.Config) {
+	cfg.RequireSealedMemory = cfg.RequireSealedMemory || d.sealed
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = d.maxMem
+	}
 }
 
 // ErrPortExists and ErrNoPort are returned by AddPort and RemovePort.
@@ -86,6 +97,7 @@ type Dataplane struct {
 	topo    balance.Topology
 	rebal   RebalanceConfig
 	sealed  bool        // Config.RequireSealedMemory
+	maxMem  uint64      // Config.MaxGuestMemory
 	balance *rebalancer // rebalance.go
 	wd      *watchdog   // watchdog.go
 
@@ -152,7 +164,7 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 	}
 	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{},
-		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory,
+		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory, maxMem: cfg.MaxGuestMemory,
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
 	cpus := cfg.CPUs
 	if len(cpus) == 0 {
@@ -241,7 +253,7 @@ func (d *Dataplane) CPUs() []int {
 // CPUs given, or spread so that a port's pairs land on distinct workers
 // of one NUMA node where there are enough.
 func (d *Dataplane) AddPort(cfg netdev.Config, opt PortOptions) error {
-	cfg.RequireSealedMemory = cfg.RequireSealedMemory || d.sealed
+	d.portLimits(&cfg)
 	_, err := d.addPort(cfg, opt, func(h netdev.Hooks) (*netdev.Port, error) { return netdev.New(cfg, d.log, h) })
 	return err
 }

@@ -319,7 +319,7 @@ func CheckHanded(hp handoff.Port, cfg netdev.Config, opt PortOptions) (HandedPor
 // stay on the CPUs they were on when the options name none. fds are the
 // handoff message's: AdoptPort takes the ones hp names (netdev.Adopt).
 func (d *Dataplane) AdoptPort(cfg netdev.Config, opt PortOptions, hp handoff.Port, fds []int) error {
-	cfg.RequireSealedMemory = cfg.RequireSealedMemory || d.sealed
+	d.portLimits(&cfg)
 	spec, err := CheckHanded(hp, cfg, opt)
 	if err != nil {
 		return fmt.Errorf("port %q: adopt: %w", cfg.Name, err)

@@ -28,6 +28,9 @@ type PortStats struct {
 	Faults netdev.FaultCounts `json:"faults"`
 	// Memory says whether the frontend can still take its memory back.
 	Memory netdev.MemorySeals `json:"memory"`
+	// ControlThrottled counts control messages that waited for the port's
+	// control budget (netdev.ControlRate).
+	ControlThrottled uint64 `json:"controlThrottled"`
 }
 
 // QueueStats is a snapshot of one queue pair.
@@ -107,7 +110,7 @@ func (d *Dataplane) PortStats(name string) (PortStats, bool) {
 func (p *port) stats() PortStats {
 	cfg := p.dev.Config()
 	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
-		Faults: p.dev.Faults(), Memory: p.dev.MemorySeals(),
+		Faults: p.dev.Faults(), Memory: p.dev.MemorySeals(), ControlThrottled: p.dev.ControlThrottled(),
 		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU(), Network: p.net.name, VLAN: p.net.vlan,
 		DHCP: p.dhcp.stats()}
 	vr := p.dev.Vrings()

@@ -68,8 +68,8 @@ func run(path string) error {
 	}
 	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
 		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig(),
-		RequireSealedMemory: cfg.RequireSealedMemory,
-		Handed:              take.Uplink()})
+		RequireSealedMemory: cfg.RequireSealedMemory, MaxGuestMemory: cfg.MaxGuestMemory(),
+		Handed: take.Uplink()})
 	if err != nil {
 		if take != nil {
 			take.Refuse(nil, err)

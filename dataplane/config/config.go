@@ -72,7 +72,14 @@ type Config struct {
 	// back. Off by default: hugetlbfs memory cannot be sealed, and a
 	// frontend that takes memory back costs only its own session.
 	RequireSealedMemory bool `yaml:"requireSealedMemory,omitempty"`
+	// MaxGuestMemoryGiB bounds the guest memory one VM's session may map
+	// (a frontend can send sparse files of any size, and the address
+	// space is the one process's); default 1024.
+	MaxGuestMemoryGiB int `yaml:"maxGuestMemoryGiB,omitempty"`
 }
+
+// MaxGuestMemory is MaxGuestMemoryGiB in bytes (0: the default).
+func (c *Config) MaxGuestMemory() uint64 { return uint64(c.MaxGuestMemoryGiB) << 30 }
 
 // Watchdog configures the stall watchdog.
 type Watchdog struct {
@@ -287,6 +294,9 @@ func (c *Config) Validate() error {
 		if err := c.RebalanceConfig().Validate(); err != nil && r.IntervalSeconds >= 0 {
 			errs = append(errs, err)
 		}
+	}
+	if c.MaxGuestMemoryGiB < 0 || c.MaxGuestMemoryGiB > 1<<16 {
+		errs = append(errs, fmt.Errorf("maxGuestMemoryGiB: %d is outside 0..65536 (0 = 1024)", c.MaxGuestMemoryGiB))
 	}
 	if w := c.Watchdog; w != nil {
 		if w.StallMillis < -1 || w.StallMillis > 60000 {

@@ -95,6 +95,9 @@ func TestParseInvalid(t *testing.T) {
 		field string // what the error must name; "" means valid
 	}{
 		{"cpu negative", "cpus: [-1]", "cpus[0]"},
+		{"guest memory bound negative", "maxGuestMemoryGiB: -1", "maxGuestMemoryGiB"},
+		{"guest memory bound too large", "maxGuestMemoryGiB: 70000", "maxGuestMemoryGiB"},
+		{"guest memory bound", "maxGuestMemoryGiB: 2048", ""},
 		{"cpu out of range", fmt.Sprintf("cpus: [0, %d]", 4096), "cpus[1]"},
 		{"cpu duplicate", "cpus: [0, 0]", "cpus[1]"},
 		{"cpu highest", fmt.Sprintf("cpus: [%d]", ncpu-1), ""},

@@ -366,6 +366,13 @@ func (p *Port) setMemTable(m *vhostuser.Message) error {
 	if len(m.FDs) != len(regions) {
 		return malformed(m, fmt.Errorf("%d regions but %d file descriptors", len(regions), len(m.FDs)))
 	}
+	var total uint64
+	for _, r := range regions {
+		total += min(r.Size, 1<<62) // a single size beyond the bound fails below, without wrapping the sum
+	}
+	if err := p.checkMemory(total); err != nil {
+		return failed("SET_MEM_TABLE: %w", err)
+	}
 	mapped := make([]*guestmem.Region, 0, len(regions))
 	undo := func() {
 		for _, r := range mapped {
@@ -425,6 +432,13 @@ func (p *Port) changeMemRegion(m *vhostuser.Message) error {
 		// QEMU < 8.1 adds every region once per queue pair.
 		reg.AddAgain()
 		return nil
+	}
+	var total uint64
+	for _, x := range cur.Regions() {
+		total += x.Size
+	}
+	if err := p.checkMemory(total + min(r.Size, 1<<62)); err != nil {
+		return failed("ADD_MEM_REG: %w", err)
 	}
 	fd := m.TakeFD(0)
 	gr, err := guestmem.Map(fd, r.GuestPhysAddr, r.Size, r.UserAddr, r.MmapOffset)
@@ -501,4 +515,17 @@ func describe(m *vhostuser.Message) []any {
 		}
 	}
 	return a
+}
+
+// checkMemory refuses a memory table of total bytes beyond the port's
+// bound (Config.MaxMemory).
+func (p *Port) checkMemory(total uint64) error {
+	limit := p.cfg.MaxMemory
+	if limit == 0 {
+		limit = DefaultMaxMemory
+	}
+	if total > limit {
+		return fmt.Errorf("port %q: the regions add up to %d bytes, more than the %d a session may map (maxGuestMemoryGiB)", p.cfg.Name, total, limit)
+	}
+	return nil
 }

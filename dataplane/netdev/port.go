@@ -58,7 +58,16 @@ type Config struct {
 	// RequireSealedMemory refuses guest memory and dirty logs whose file
 	// the frontend could shrink (seals.go).
 	RequireSealedMemory bool
+	// MaxMemory bounds the guest memory one session may map, in bytes: a
+	// frontend can send sparse files of any size, and every byte mapped
+	// takes address space from the one process that serves every port.
+	// 0 means DefaultMaxMemory.
+	MaxMemory uint64
 }
+
+// DefaultMaxMemory is the guest memory a session may map by default:
+// 1 TiB, more than KubeVirt gives a VM on one node.
+const DefaultMaxMemory = 1 << 40
 
 // DefaultHandshakeTimeout is how long a frontend has to send SET_OWNER
 // after connecting (QEMU and DPDK send it within milliseconds).
@@ -163,6 +172,9 @@ type Port struct {
 	ln    *net.UnixListener // server role: the listening socket
 	sus   suspender         // a handoff's pause of the session (handover.go)
 	fault faults            // faults in the session's shared memory (fault.go)
+	// budget bounds how fast control messages are handled (budget.go)
+	budget         budget
+	throttledCount atomic.Uint64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -189,7 +201,7 @@ func New(cfg Config, log *slog.Logger, hooks Hooks) (*Port, error) {
 }
 
 func newPort(cfg Config, log *slog.Logger, hooks Hooks) *Port {
-	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, done: make(chan struct{})}
+	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, budget: newBudget(), done: make(chan struct{})}
 	p.mtu.Store(int32(cfg.MTU))
 	for i := 0; i < 2*cfg.QueuePairs; i++ {
 		p.vrings = append(p.vrings, newVring(p, i))
@@ -506,6 +518,11 @@ func (p *Port) session(ctx context.Context, conn *vhostuser.Conn, c *net.UnixCon
 		if err != nil {
 			p.sus.done()
 			return err
+		}
+		if !p.spend(ctx) {
+			m.CloseFDs()
+			p.sus.done()
+			return ctx.Err()
 		}
 		if m.Request == vhostuser.ReqSetOwner && !p.owned.Load() {
 			p.owned.Store(true)

@@ -1,0 +1,134 @@
+package dataplane
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
+)
+
+// TestControlFloodStaysInItsPort (#26): a frontend that sends control
+// messages as fast as its socket takes them (memory tables, which map and
+// unmap, and ring enables, which take its rings' locks) is slowed to the
+// port's control budget, and the other ports' data and control paths are
+// measured against a baseline without the flood, in the same run. The
+// timings are reported, not asserted (a busy machine moves them); what is
+// asserted is what the dataplane decides: the flooder was held to its
+// budget and no bystander frame was lost.
+func TestControlFloodStaysInItsPort(t *testing.T) {
+	d := newDataplane(t, 0)
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{})
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 1), frontend.Config{})
+	c := dial(t, addPort(t, d, "c", netdev.RoleServer, 1), frontend.Config{})
+	learn(t, a, b, 1)
+	flooder := dial(t, addPort(t, d, "f", netdev.RoleServer, 1), frontend.Config{})
+
+	measure := func() (streamTime time.Duration, rtt []time.Duration) {
+		t.Helper()
+		start := time.Now()
+		s := frontend.StartStreamMatching(a, b, 20000, func(i int) []byte { return numbered(macB, macA, i) },
+			func(f []byte) bool { return bytes.Equal(f[0:6], macB[:]) })
+		for range 200 {
+			t0 := time.Now()
+			if _, err := c.CtrlGet(vhostuser.ReqGetFeatures, nil); err != nil {
+				t.Fatalf("c's control path: %v", err)
+			}
+			rtt = append(rtt, time.Since(t0))
+			time.Sleep(200 * time.Microsecond)
+		}
+		waitStream(t, s)
+		slices.Sort(rtt)
+		return time.Since(start), rtt
+	}
+	baseStream, baseRTT := measure()
+
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		regs := flooder.Regions()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var err error
+			if i%2 == 0 {
+				err = flooder.SetMemTableRegions(regs)
+			} else {
+				err = flooder.SetVringEnable(1, i%4 == 1)
+			}
+			if err != nil {
+				t.Errorf("flooder: %v", err)
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	floodStart := time.Now()
+	// Within the burst the flood runs at its own speed: the cost the
+	// budget bounds.
+	burstStream, burstRTT := measure()
+	inBurst := portStats(t, d, "f").ControlThrottled == 0
+	waitFor(t, "the flooder to spend its burst", func() bool { return portStats(t, d, "f").ControlThrottled > 0 })
+	throttledStream, throttledRTT := measure()
+	close(stop)
+	wg.Wait()
+	floodFor := time.Since(floodStart)
+	n := sent.Load()
+	ps := portStats(t, d, "f")
+	limit := netdev.ControlBurst + int64(float64(netdev.ControlRate)*floodFor.Seconds()) + 1
+	t.Logf("flood: %d control messages in %v (%.0f/s; budget %d/s, burst %d), throttled %d times",
+		n, floodFor.Round(time.Millisecond), float64(n)/floodFor.Seconds(), netdev.ControlRate, netdev.ControlBurst, ps.ControlThrottled)
+	q := func(r []time.Duration, p int) time.Duration { return r[len(r)*p/100] }
+	for _, m := range []struct {
+		what   string
+		stream time.Duration
+		rtt    []time.Duration
+	}{{"alone", baseStream, baseRTT}, {fmt.Sprintf("flood within its burst (unthrottled throughout: %v)", inBurst), burstStream, burstRTT},
+		{"flood at its budget", throttledStream, throttledRTT}} {
+		t.Logf("%-55s bystanders' 20000 frames %8v (x%.2f), c's GET_FEATURES p50/p99 %v/%v", m.what+":", m.stream.Round(time.Millisecond),
+			m.stream.Seconds()/baseStream.Seconds(), q(m.rtt, 50).Round(time.Microsecond), q(m.rtt, 99).Round(time.Microsecond))
+	}
+	if n > limit {
+		t.Errorf("the flooder got %d messages handled in %v; its budget allows %d", n, floodFor, limit)
+	}
+}
+
+// TestGuestMemoryBound: a session may map no more guest memory than its
+// port's bound; beyond it the table is refused, naming the port and the
+// setting, and nothing stays mapped.
+func TestGuestMemoryBound(t *testing.T) {
+	var logs syncBuffer
+	d, err := New(Config{MaxGuestMemory: 16 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sock := addPort(t, d, "small", netdev.RoleServer, 1)
+	before := openFDs(t)
+	if _, err := frontend.Dial(sock, frontend.Config{MemSize: 32 << 20}); err == nil {
+		t.Fatal("32 MiB of guest memory accepted by a port bound to 16 MiB")
+	}
+	waitFor(t, "the refusal", func() bool { return strings.Contains(logs.String(), "maxGuestMemoryGiB") })
+	if !strings.Contains(logs.String(), `port \"small\": the regions add up to 33554432 bytes, more than the 16777216`) {
+		t.Errorf("the refusal does not name the port and the bound:\n%s", logs.String())
+	}
+	waitFor(t, "the refused session's fds to close", func() bool { return openFDs(t) <= before })
+	if m := portStats(t, d, "small").Memory; m.Regions != 0 {
+		t.Errorf("memory %+v after the refusal", m)
+	}
+	dial(t, sock, frontend.Config{MemSize: 16 << 20}) // at the bound: served
+}
