@@ -468,7 +468,14 @@ func (s *syncBuffer) String() string {
 // bystanders' stream crosses the handoff whole, the victim's port on the
 // successor counts the fault and serves the victim's next frontend.
 func TestGuestFaultDuringHandoff(t *testing.T) {
-	for _, ph := range phases {
+	cases := []struct {
+		name     string
+		twoPhase bool
+		// afterMapped: the memory goes once the successor mapped it
+		// (two phases: before Final), not before it does
+		afterMapped bool
+	}{{"one-phase", false, false}, {"two-phase", true, false}, {"two-phase, after the successor mapped it", true, true}}
+	for _, ph := range cases {
 		t.Run(ph.name, func(t *testing.T) {
 			old := newDataplane(t, 0)
 			cfgs := map[string]netdev.Config{}
@@ -490,9 +497,21 @@ func TestGuestFaultDuringHandoff(t *testing.T) {
 			waitSent(t, s, faultStreamFrames/3)
 
 			oc, nc := handoffPair(t)
-			succ := newDataplane(t, 0)
+			var logs syncBuffer
+			succ, err := New(Config{CPUs: []int{0}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(succ.Close)
 			shrunk := make(chan error, 1)
-			oldDone, rep := oldSide(old, oc, func() { shrunk <- v.ShrinkMemory(0) })
+			shrink := func() { shrunk <- v.ShrinkMemory(0) }
+			var oldDone chan error
+			var rep *HandoverReport
+			if ph.afterMapped {
+				oldDone, rep = oldSideFinal(old, oc, nil, shrink)
+			} else {
+				oldDone, rep = oldSide(old, oc, shrink)
+			}
 			if err := newSide(t, succ, nc, cfgs, ph.twoPhase); err != nil {
 				t.Fatal("successor: ", err)
 			}
@@ -510,6 +529,9 @@ func TestGuestFaultDuringHandoff(t *testing.T) {
 				ps := portStats(t, succ, "v")
 				return !ps.Connected && ps.Faults.GuestMemory == 1
 			})
+			if m := caughtIn.FindStringSubmatch(logs.String()); m != nil {
+				t.Logf("caught by the successor while %s", m[1])
+			}
 			for _, name := range []string{"a", "b"} {
 				if p, _ := succ.Port(name); !p.Connected() || p.Connects() != 1 {
 					t.Errorf("bystander %s on the successor: connected %v after %d connects; want its adopted session", name, p.Connected(), p.Connects())

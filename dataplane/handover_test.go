@@ -60,6 +60,13 @@ func handoffPair(t *testing.T) (old, succ *handoff.Conn) {
 // out, Taken in, Released out; in two phases (the hello asks) Ready in,
 // Final out between State and Taken.
 func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *HandoverReport) {
+	return oldSideFinal(d, c, during, nil)
+}
+
+// oldSideFinal is oldSide with beforeFinal run, in two phases, before the
+// old process freezes its rings for Final (the successor has mapped
+// everything by then).
+func oldSideFinal(d *Dataplane, c *handoff.Conn, during, beforeFinal func()) (chan error, *HandoverReport) {
 	done := make(chan error, 1)
 	rep := new(HandoverReport)
 	go func() {
@@ -93,6 +100,9 @@ func oldSide(d *Dataplane, c *handoff.Conn, during func()) (chan error, *Handove
 				want = handoff.KindReady
 			}
 			_, err := c.Recv(want, &struct{}{})
+			if err == nil && h.TwoPhase && beforeFinal != nil {
+				beforeFinal()
+			}
 			return err
 		}
 		var released error
