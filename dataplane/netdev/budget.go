@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 )
 
 // A port's control budget: how fast its frontends' vhost-user messages
@@ -16,9 +18,23 @@ import (
 // messages when a VM starts (more with many queue pairs and memory
 // slots), well within the burst, and a handful afterwards.
 const (
-	ControlRate  = 1000 // messages per second, sustained
+	ControlRate  = 200  // messages per second, sustained
 	ControlBurst = 4096 // messages handled at once before the rate applies
 )
+
+// MemoryMessageCost is what a message that maps or unmaps memory spends
+// of the budget (SET_MEM_TABLE, ADD_MEM_REG, REM_MEM_REG, SET_LOG_BASE):
+// an unmap interrupts every CPU the dataplane's threads ran on, workers
+// included, so these are held to an eighth of the rate.
+const MemoryMessageCost = 8
+
+func cost(r vhostuser.Request) int {
+	switch r {
+	case vhostuser.ReqSetMemTable, vhostuser.ReqAddMemReg, vhostuser.ReqRemMemReg, vhostuser.ReqSetLogBase:
+		return MemoryMessageCost
+	}
+	return 1
+}
 
 // budget is the port's, not the session's: reconnecting does not refill it.
 type budget struct {
@@ -26,12 +42,20 @@ type budget struct {
 	lastLog time.Time // the session goroutine's alone
 }
 
-func newBudget() budget { return budget{lim: rate.NewLimiter(ControlRate, ControlBurst)} }
+func newBudget(perSecond int) budget {
+	switch {
+	case perSecond < 0:
+		return budget{lim: rate.NewLimiter(rate.Inf, ControlBurst)}
+	case perSecond == 0:
+		perSecond = ControlRate
+	}
+	return budget{lim: rate.NewLimiter(rate.Limit(perSecond), ControlBurst)}
+}
 
-// spend takes one message's token, waiting for it when the budget is
+// spend takes a message's tokens, waiting for them when the budget is
 // spent; false when ctx ended first.
-func (p *Port) spend(ctx context.Context) bool {
-	d := p.budget.lim.Reserve().Delay()
+func (p *Port) spend(ctx context.Context, r vhostuser.Request) bool {
+	d := p.budget.lim.ReserveN(time.Now(), cost(r)).Delay()
 	if d <= 0 {
 		return true
 	}

@@ -63,6 +63,10 @@ type Config struct {
 	// takes address space from the one process that serves every port.
 	// 0 means DefaultMaxMemory.
 	MaxMemory uint64
+	// ControlRate is the port's control budget in messages per second
+	// (budget.go); 0 means ControlRate, negative no budget (a test that
+	// churns rings on purpose).
+	ControlRate int
 }
 
 // DefaultMaxMemory is the guest memory a session may map by default:
@@ -201,7 +205,7 @@ func New(cfg Config, log *slog.Logger, hooks Hooks) (*Port, error) {
 }
 
 func newPort(cfg Config, log *slog.Logger, hooks Hooks) *Port {
-	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, budget: newBudget(), done: make(chan struct{})}
+	p := &Port{cfg: cfg, log: log.With("port", cfg.Name), hooks: hooks, budget: newBudget(cfg.ControlRate), done: make(chan struct{})}
 	p.mtu.Store(int32(cfg.MTU))
 	for i := 0; i < 2*cfg.QueuePairs; i++ {
 		p.vrings = append(p.vrings, newVring(p, i))
@@ -519,7 +523,7 @@ func (p *Port) session(ctx context.Context, conn *vhostuser.Conn, c *net.UnixCon
 			p.sus.done()
 			return err
 		}
-		if !p.spend(ctx) {
+		if !p.spend(ctx, m.Request) {
 			m.CloseFDs()
 			p.sus.done()
 			return ctx.Err()
