@@ -3,8 +3,8 @@ package dataplane
 import (
 	"bytes"
 	"log/slog"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,7 +105,11 @@ func TestControlFloodStaysInItsPort(t *testing.T) {
 	t.Logf("flood: %d control messages, half of them memory tables, in %v (%.0f/s; budget %d/s, burst %d, a memory table costs %d), throttled %d times",
 		n, floodFor.Round(time.Millisecond), float64(n)/floodFor.Seconds(), netdev.ControlRate, netdev.ControlBurst, netdev.MemoryMessageCost, ps.ControlThrottled)
 	median := func(l []time.Duration) time.Duration { l = slices.Clone(l); slices.Sort(l); return l[len(l)/2] }
-	q := func(r []time.Duration, p int) time.Duration { r = slices.Clone(r); slices.Sort(r); return r[len(r)*p/100] }
+	q := func(r []time.Duration, p int) time.Duration {
+		r = slices.Clone(r)
+		slices.Sort(r)
+		return r[len(r)*p/100]
+	}
 	base := median(alone)
 	for _, m := range []struct {
 		what   string
