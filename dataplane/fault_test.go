@@ -95,12 +95,12 @@ func (r *faultRig) connectVictim(cfg frontend.Config) *frontend.Frontend {
 }
 
 // startStream starts the bystanders' numbered stream a -> b; b's receiver
-// skips what is not for it (a's frames to the victim, flooded while the
-// victim's MAC is unknown).
+// skips what is not a's frame for it (a's frames to the victim, flooded
+// while the victim's MAC is unknown, and the victim's own).
 func (r *faultRig) startStream() {
 	r.stream = frontend.StartStreamMatching(r.a, r.b, faultStreamFrames,
 		func(i int) []byte { return numbered(macB, macA, i) },
-		func(f []byte) bool { return bytes.Equal(f[0:6], macB[:]) })
+		func(f []byte) bool { return bytes.Equal(f[0:12], append(macB[:], macA[:]...)) })
 	waitSent(r.t, r.stream, faultStreamFrames/10)
 }
 
@@ -274,6 +274,38 @@ func TestGuestFaultStaysInItsPort(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			close(stop)
 			wg.Wait()
+		}},
+		{name: "guest sending to a bystander, a frame across the revoked end", attack: func(t *testing.T, r *faultRig) {
+			// Its rings stay, its TX buffers go, and its last frame to b
+			// starts before the new end of its memory: the worker faults
+			// half way through copying it into b's RX ring. b keeps its
+			// ring and what it got (the stream to it loses nothing).
+			vi, err := r.v.Vring(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := vi.BufOff &^ (os.Getpagesize() - 1)
+			frame := udpFrame(macB, macV, 9, 9, bytes.Repeat([]byte("v"), 1400))
+			const hdr = 12 // virtio-net header, VERSION_1
+			start := end - hdr - 64
+			clear(r.v.Mem()[start : start+hdr])
+			copy(r.v.Mem()[start+hdr:end], frame) // the header and the first bytes stay
+			if err := r.v.ShrinkMemory(end); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := r.v.ReserveDescs(1, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.v.WriteDesc(1, int(ids[0]), r.v.GPA(start), uint32(hdr+len(frame)), 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.v.PublishAvail(1, ids[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.v.Kick(1); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{name: "guest receiving from another port", attack: func(t *testing.T, r *faultRig) {
 			stop, wg := make(chan struct{}), &sync.WaitGroup{}
@@ -614,4 +646,40 @@ func TestRequireSealedMemory(t *testing.T) {
 	if m := portStats(t, d, "strict").Memory; m.Log {
 		t.Errorf("memory %+v after the refused log: want no log mapped", m)
 	}
+}
+
+// TestInterruptDecisionFaultStaysInItsPort: whether a guest wants an
+// interrupt is read from its ring memory at the end of a burst, for every
+// destination the burst touched, by the worker serving the source. A
+// destination whose memory is gone there ends its own session: the source
+// and the other destinations are not blamed, and the worker goes on.
+func TestInterruptDecisionFaultStaysInItsPort(t *testing.T) {
+	r := newFaultRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}}, frontend.Config{})
+	w := r.d.workers[0]
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	vrx := r.d.byName["v"].dev.Vrings()[0]
+	brx := r.d.byName["b"].dev.Vrings()[0]
+	for _, rv := range []*netdev.Vring{brx, vrx} { // a burst delivered to both
+		rv.Lock()
+		w.touch(rv)
+		rv.Unlock()
+	}
+	r.shrink()
+	w.callTouched()
+	waitFor(t, "the victim's session to end", func() bool {
+		ps := portStats(t, r.d, "v")
+		return !ps.Connected && ps.Faults.GuestMemory == 1
+	})
+	if m := caughtIn.FindStringSubmatch(r.logs.String()); m == nil || m[1] != "interrupt decision" {
+		t.Errorf("caught in %q, want interrupt decision", m)
+	}
+	for _, name := range []string{"a", "b"} {
+		if ps := portStats(t, r.d, name); !ps.Connected || ps.Queues[0].Drops.BadChain != 0 || ps.Faults.GuestMemory != 0 {
+			t.Errorf("bystander %s: connected %v, %d bad chains, faults %+v", name, ps.Connected, ps.Queues[0].Drops.BadChain, ps.Faults)
+		}
+	}
+	r.v.Close()
 }

@@ -27,9 +27,11 @@ package dataplane
 // taken). Nothing here allocates.
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
+	"github.com/vhostmq/vhostmq/dataplane/guestmem"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
@@ -155,7 +157,7 @@ const (
 func (w *worker) serveTX(a *assignment) bool {
 	v := a.tx
 	v.Lock()
-	defer w.unlockBurst(v)
+	defer w.endBurst(v)
 	q := v.Queue()
 	discard := false
 	if q == nil {
@@ -731,22 +733,88 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 	return frameDone
 }
 
-// unlockBurst releases the burst's locks. On the normal path the held RX
-// vring was already released; after a fault it is still held: its frames
-// are published unless it is the culprit, and it is unlocked so that
-// serveSafely can lock and stop the culprit.
-func (w *worker) unlockBurst(tx *netdev.Vring) {
-	if h := &w.s.rx; h.v != nil {
-		if w.s.inRX {
-			w.s.blamed = h.v
-			h.unready()
-			h.v.Unlock()
-			*h = rxHold{}
-		} else {
+// endBurst releases the burst's locks. On the normal path the held RX
+// vring was already released. After a panic (a fault in guest memory, or
+// a bug) it finds the ring to blame while it still holds the rings the
+// burst touched (culprit), releases them, and passes the panic on to
+// serveSafely, which stops the culprit.
+func (w *worker) endBurst(tx *netdev.Vring) {
+	r := recover()
+	if r == nil {
+		if w.s.rx.v != nil {
 			w.releaseRX(false)
 		}
+		tx.Unlock()
+		return
 	}
+	w.s.blamed = w.culprit(r, tx)
+	w.releaseAfterFault(w.s.blamed)
 	tx.Unlock()
+	panic(r)
+}
+
+// culprit is the ring a panic while serving tx is blamed on: for a memory
+// fault, the one of tx and the held RX ring whose port's mappings hold
+// the faulting address (a frame from tx's guest into another guest's
+// ring may fault in either's memory); otherwise, or when neither holds
+// it, the held RX ring if its memory was being touched, else tx. Caller
+// holds both rings.
+func (w *worker) culprit(r any, tx *netdev.Vring) *netdev.Vring {
+	held := w.s.rx.v
+	if f := guestmem.AsFault(r); f != nil {
+		switch {
+		case held != nil && held.Holds(f.Addr):
+			return held
+		case tx.Holds(f.Addr):
+			return tx
+		}
+	}
+	if w.s.inRX && held != nil {
+		return held
+	}
+	return tx
+}
+
+// releaseAfterFault releases the held RX ring after a fault. The culprit's
+// is dropped as it stands (its memory is not touched again). Any other
+// (the fault was in the source's memory) keeps what it got: the chains
+// taken for the frame in progress are given back (rings complete in
+// order, so they are the ones taken and not pushed) and the frames before
+// it are published. Should that fault too, the ring is dropped and
+// stopped as well, for its own port.
+func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
+	h := &w.s.rx
+	if h.v == nil {
+		return
+	}
+	w.s.inRX = false
+	if h.v == culprit || h.v.Port == culprit.Port {
+		h.unready()
+		h.v.Unlock()
+		*h = rxHold{}
+		return
+	}
+	if r := w.publishHeld(); r != nil {
+		v := h.v
+		h.unready()
+		w.breakVring(v, fmt.Errorf("fault while publishing after another port's fault: %v", r))
+		if f := guestmem.AsFault(r); f != nil {
+			v.Port.Fault(v, "forwarding", f)
+		}
+		v.Unlock()
+		*h = rxHold{}
+	}
+}
+
+// publishHeld gives back the held ring's chains of the frame in progress
+// and releases it with its frames published; it returns the panic of a
+// fault doing so (the ring then stays held).
+func (w *worker) publishHeld() (r any) {
+	defer func() { r = recover() }()
+	h := &w.s.rx
+	h.q.Unpop(int(h.q.LastAvail() - h.q.UsedIdx()))
+	w.releaseRX(false)
+	return nil
 }
 
 // settleAfterFault finishes a burst that a fault in another vring's

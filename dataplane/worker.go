@@ -340,14 +340,11 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 			if w.up != nil {
 				w.up.q.Cancel() // a frame to the uplink half built
 			}
-			var blamed *netdev.Vring
-			if w.s.inRX && w.s.blamed != nil { // unlockBurst kept it
-				blamed = w.s.blamed
-			}
+			blamed := cmp.Or(w.s.blamed, a.tx) // endBurst found it
 			w.s.inRX, w.s.blamed = false, nil
 			w.s.a, w.s.txq, w.s.held = nil, nil, false
 			a.clearHold() // the chain in hand is returned (settleAfterFault)
-			v := w.stopFaulted(r, "forwarding", cmp.Or(blamed, a.tx), a.tx)
+			v := w.stopFaulted(r, "forwarding", blamed)
 			w.settleAfterFault(a.tx, v)
 			worked = true
 		}

@@ -194,13 +194,31 @@ func (v *Vring) HdrLen() int { return v.hdrLen }
 func (v *Vring) KickFD() int { return v.kickFD }
 
 // Call notifies the guest that used buffers are ready, if it wants that.
-// Caller holds the lock and has published used elements.
+// Whether it does is read from ring memory (used_event, or the avail
+// flags): a fault there stops the ring and ends the port's session
+// (fault.go) instead of reaching the caller, which may be a worker
+// serving another port. Caller holds the lock and has published used
+// elements.
 func (v *Vring) Call() {
-	if v.q == nil || v.callFD < 0 || !v.q.NeedsCall() {
+	if v.q == nil || v.callFD < 0 {
+		return
+	}
+	var needs bool
+	if err := needsCallCaught(v.q, &needs); err != nil {
+		v.faulted("interrupt decision", err)
+		return
+	}
+	if !needs {
 		return
 	}
 	unix.Write(v.callFD, eventOne[:])
 	v.Counters.Calls.Add(1)
+}
+
+func needsCallCaught(q *virtq.Queue, needs *bool) (err error) {
+	defer guestmem.Catch(&err, debug.SetPanicOnFault(true))
+	*needs = q.NeedsCall()
+	return nil
 }
 
 // Break stops the ring after the driver broke the ring protocol, signals
