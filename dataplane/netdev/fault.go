@@ -104,7 +104,7 @@ var errFaulted = errors.New("the session's shared memory faulted")
 // after). Called by reset once every ring is stopped, so no later access
 // to this session's memory can fault.
 func (p *Port) reportFault(mem *guestmem.Table, lg *guestmem.Log) (reported bool) {
-	c := p.fault.live.Swap(nil)
+	c := p.fault.live.Load()
 	p.fault.mu.Lock()
 	f := p.fault.first
 	p.fault.first = nil

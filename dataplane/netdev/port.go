@@ -487,6 +487,7 @@ func (p *Port) serve(ctx context.Context, c *net.UnixConn) {
 	conn.Close()
 	p.connected.Store(false)
 	faulted := p.reset()
+	p.fault.live.CompareAndSwap(c, nil) // faults recorded from now on are no session's
 	switch {
 	case ctx.Err() != nil, faulted:
 	case errors.Is(err, os.ErrDeadlineExceeded):
