@@ -133,8 +133,9 @@ func (r *faultRig) expectFault(reason netdev.FaultReason) {
 	waitStream(t, r.stream) // every frame once, in order
 	for _, name := range []string{"a", "b"} {
 		ps := portStats(t, r.d, name)
-		if !ps.Connected || ps.Faults != (netdev.FaultCounts{}) {
-			t.Errorf("bystander %s: connected=%v faults=%+v after the victim's fault", name, ps.Connected, ps.Faults)
+		if !ps.Connected || ps.Connects != 1 || ps.Faults != (netdev.FaultCounts{}) {
+			t.Errorf("bystander %s: connected=%v after %d connects, faults=%+v after the victim's fault; want its one session untouched",
+				name, ps.Connected, ps.Connects, ps.Faults)
 		}
 		if q := ps.Queues[0]; q.Drops.BadChain != 0 || !q.RxEnabled || !q.TxEnabled {
 			t.Errorf("bystander %s: pair 0 %d bad chains, rx enabled %v, tx enabled %v: the victim's fault reached it",
