@@ -819,7 +819,8 @@ func (w *worker) publishHeld() (r any) {
 
 // settleAfterFault finishes a burst that a fault in another vring's
 // memory (culprit, now stopped) cut short, so that no guest waits forever:
-// the TX chain in hand is returned (its frame is lost), the TX ring's
+// the TX chain in hand is given back (a unicast frame is served again; a
+// flood, which may have reached some guests, is lost), the TX ring's
 // completions are published and its guest interrupted, and every
 // destination that got frames is interrupted.
 // Those rings were readable a moment ago; should one fault now all the
@@ -853,7 +854,15 @@ func (w *worker) returnInHand(tx *netdev.Vring) {
 	if s := &w.s; s.k > 0 {
 		q.Unpop(s.k - 1 - s.cur)
 		if q.LastAvail() != q.UsedIdx() {
-			q.Push(s.frames[s.cur].Head, 0)
+			if s.plan[s.cur].act == actUnicast {
+				// A unicast frame reached no guest yet (the fault was in
+				// its destination's memory, now stopped, or in another
+				// port's ring released on its way): served again.
+				q.Unpop(1)
+			} else {
+				// a flood may have reached some guests: not twice
+				q.Push(s.frames[s.cur].Head, 0)
+			}
 		}
 		s.k = 0
 	}
