@@ -69,6 +69,9 @@ type rxHold struct {
 	avail     int    // chains known to be available and not yet taken; re-read at 0
 	frames    uint64 // frames pushed and not yet published
 	bytes     uint64
+	// pub is the ring's used index when the hold began: what a fault in
+	// the source's memory rolls the hold back to (releaseAfterFault)
+	pub uint16
 }
 
 // scratch is a worker's per-burst state, allocated once.
@@ -99,7 +102,7 @@ type scratch struct {
 	// vring's (rx.v): a fault now is blamed on it, else on the TX vring
 	// being served. A flag, not a pointer, because it changes per frame.
 	inRX   bool
-	blamed *netdev.Vring // the held RX vring, kept by unlockBurst when a fault in its memory ends the burst
+	blamed *netdev.Vring // the ring endBurst blamed for a panic that ended the burst
 	start  int64         // wall clock at the start of the last burst that had work
 	a      *assignment   // the pair whose TX ring is being served (hold.go)
 	txq    *virtq.Queue  // its queue
@@ -739,17 +742,16 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 // burst touched (culprit), releases them, and passes the panic on to
 // serveSafely, which stops the culprit.
 func (w *worker) endBurst(tx *netdev.Vring) {
+	defer tx.Unlock()
 	r := recover()
 	if r == nil {
 		if w.s.rx.v != nil {
 			w.releaseRX(false)
 		}
-		tx.Unlock()
 		return
 	}
 	w.s.blamed = w.culprit(r, tx)
 	w.releaseAfterFault(w.s.blamed)
-	tx.Unlock()
 	panic(r)
 }
 
@@ -777,11 +779,13 @@ func (w *worker) culprit(r any, tx *netdev.Vring) *netdev.Vring {
 
 // releaseAfterFault releases the held RX ring after a fault. The culprit's
 // is dropped as it stands (its memory is not touched again). Any other
-// (the fault was in the source's memory) keeps what it got: the chains
-// taken for the frame in progress are given back (rings complete in
-// order, so they are the ones taken and not pushed) and the frames before
-// it are published. Should that fault too, the ring is dropped and
-// stopped as well, for its own port.
+// (the fault was in the source's memory) is rolled back to where the hold
+// began: the frames the source put there and not yet published are taken
+// back (a frame spanning several buffers is pushed before it is copied
+// whole: publishing it could hand the guest half a frame and a stale
+// header), and every chain taken since is given back (rings complete in
+// order). Only the faulting source's frames are lost. Should that fault
+// too, the ring is dropped and stopped as well, for its own port.
 func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
 	h := &w.s.rx
 	if h.v == nil {
@@ -794,7 +798,7 @@ func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
 		*h = rxHold{}
 		return
 	}
-	if r := w.publishHeld(); r != nil {
+	if r := w.rollBackHeld(); r != nil {
 		v := h.v
 		h.unready()
 		w.breakVring(v, fmt.Errorf("fault while publishing after another port's fault: %v", r))
@@ -806,13 +810,15 @@ func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
 	}
 }
 
-// publishHeld gives back the held ring's chains of the frame in progress
-// and releases it with its frames published; it returns the panic of a
-// fault doing so (the ring then stays held).
-func (w *worker) publishHeld() (r any) {
+// rollBackHeld rolls the held ring back to where its hold began and
+// releases it; it returns the panic of a fault doing so (the ring then
+// stays held).
+func (w *worker) rollBackHeld() (r any) {
 	defer func() { r = recover() }()
 	h := &w.s.rx
+	h.q.Unpush(int(h.q.UsedIdx() - h.pub))
 	h.q.Unpop(int(h.q.LastAvail() - h.q.UsedIdx()))
+	h.frames, h.bytes = 0, 0
 	w.releaseRX(false)
 	return nil
 }
@@ -826,17 +832,23 @@ func (w *worker) publishHeld() (r any) {
 // Those rings were readable a moment ago; should one fault now all the
 // same, the rest of the settling is given up rather than the process.
 func (w *worker) settleAfterFault(tx, culprit *netdev.Vring) {
+	w.untouch(culprit)
+	if tx.Port != culprit.Port {
+		w.returnInHandSafely(tx)
+	}
+	w.callTouched() // each decision catches its own fault (netdev.Vring.Call)
+}
+
+// returnInHandSafely is returnInHand, giving up (with a log line) should
+// the source's ring fault now all the same.
+func (w *worker) returnInHandSafely(tx *netdev.Vring) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.s.nt = 0
+			w.s.k = 0
 			w.dp.log.Warn("second fault while settling a burst", "port", tx.Port.Name(), "vring", tx.Index, "err", r)
 		}
 	}()
-	w.untouch(culprit)
-	if tx != culprit {
-		w.returnInHand(tx)
-	}
-	w.callTouched()
+	w.returnInHand(tx)
 }
 
 // returnInHand returns the TX chain in hand as used, publishes the TX
@@ -884,7 +896,7 @@ func (w *worker) holdRX(rv *netdev.Vring, dst *port) *rxHold {
 		rv.Unlock()
 		return nil
 	}
-	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable(), logging: q.Logging()}
+	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable(), logging: q.Logging(), pub: q.UsedIdx()}
 	return h
 }
 

@@ -26,7 +26,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
-	"github.com/vhostmq/vhostmq/dataplane/guestmem"
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/offload"
@@ -450,11 +449,12 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.panics.Add(1)
-			var culprit *netdev.Vring // the held RX vring, if its memory faulted
+			// The held RX ring is the only guest memory this path touches
+			// (one being released on the way to the next is still held).
+			var culprit *netdev.Vring
 			if h := &w.s.rx; h.v != nil {
-				if w.s.inRX || guestmem.AsFault(r) != nil { // only guest memory can fault here
-					culprit = h.v
-				}
+				culprit = h.v
+				h.unready()
 				h.v.Unlock()
 				*h = rxHold{}
 			}
@@ -463,11 +463,15 @@ func (w *worker) serveUplinkSafely() (worked bool) {
 				w.stopFaulted(r, "delivering from the uplink", v)
 				w.untouch(v)
 			}
+			// The frame being delivered is dropped; the rest of the batch
+			// waits for the next pass, and the guests that got frames
+			// earlier in it are interrupted.
 			wu := w.up
 			wu.dropHeld()
-			wu.q.Release()
-			wu.next, wu.n = 0, 0
-			w.s.nt = 0
+			if wu.next < wu.n {
+				wu.next++
+			}
+			w.callTouched()
 			worked = true
 		}
 	}()
