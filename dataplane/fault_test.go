@@ -236,6 +236,25 @@ func (r *faultRig) shrink() {
 	}
 }
 
+// victimSends starts the victim sending frames to itself (the switch drops
+// them, no destination, after the worker read them from the victim's
+// memory) until the returned stop is called or its memory faults, and
+// waits until it sent 50.
+func (r *faultRig) victimSends() (stop func()) {
+	r.t.Helper()
+	done, wg := make(chan struct{}), &sync.WaitGroup{}
+	var sent atomic.Int64
+	untilFault(done, wg, func() error {
+		err := r.v.Send(0, udpFrame(macV, macV, 9, 9, []byte("victim")))
+		if err == nil {
+			sent.Add(1)
+		}
+		return err
+	})
+	waitFor(r.t, "the victim to send", func() bool { return sent.Load() >= 50 })
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
 // untilFault runs fn in a loop on a goroutine of its own, which turns
 // the victim frontend's own faults (its memory is gone too) into its end,
 // until stop is closed or fn fails.
@@ -278,22 +297,10 @@ func TestGuestFaultStaysInItsPort(t *testing.T) {
 			r.shrink()
 		}},
 		{name: "guest sending", attack: func(t *testing.T, r *faultRig) {
-			stop, wg := make(chan struct{}), &sync.WaitGroup{}
-			var sent atomic.Int64
-			untilFault(stop, wg, func() error {
-				// to itself: the switch drops it (no destination) after
-				// the worker read it from the victim's memory
-				err := r.v.Send(0, udpFrame(macV, macV, 9, 9, []byte("victim")))
-				if err == nil {
-					sent.Add(1)
-				}
-				return err
-			})
-			waitFor(t, "the victim to send", func() bool { return sent.Load() >= 50 })
+			stop := r.victimSends()
 			r.shrink()
 			time.Sleep(50 * time.Millisecond)
-			close(stop)
-			wg.Wait()
+			stop()
 		}},
 		{name: "guest sending to a bystander, a frame across the revoked end", attack: acrossRevokedEnd},
 		{name: "guest sending to a bystander with small buffers, a frame across the revoked end", bcfg: frontend.Config{RxBufSize: 512},
@@ -376,16 +383,8 @@ func TestGuestFaultStaysInItsPort(t *testing.T) {
 			r.v.Ctrl(vhostuser.ReqSetVringKick, vhostuser.EncodeU64(nil, 1), []int{efd})
 		}},
 		{name: "a rebalance move of the victim's pair, the guest sending", cfg: Config{CPUs: []int{0, 1}}, attack: func(t *testing.T, r *faultRig) {
-			stop, wg := make(chan struct{}), &sync.WaitGroup{}
-			var sent atomic.Int64
-			untilFault(stop, wg, func() error {
-				err := r.v.Send(0, udpFrame(macV, macV, 9, 9, []byte("victim")))
-				if err == nil {
-					sent.Add(1)
-				}
-				return err
-			})
-			waitFor(t, "the victim to send", func() bool { return sent.Load() >= 50 })
+			stop := r.victimSends()
+			defer stop()
 			pv := r.d.byName["v"]
 			from := pv.workers[0].Load()
 			to := r.d.workers[0]
@@ -399,8 +398,6 @@ func TestGuestFaultStaysInItsPort(t *testing.T) {
 			if err != nil {
 				t.Fatalf("moving the victim's pair: %v", err)
 			}
-			close(stop)
-			wg.Wait()
 		}},
 		{name: "dirty log, guest receiving", vcfg: frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoLogSHMFD},
 			reason: netdev.FaultDirtyLog, attack: func(t *testing.T, r *faultRig) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
@@ -514,25 +515,7 @@ func TestWatchHealthAndMetrics(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	go e.ag.ServeMetrics(ctx, addr)
-	var body []byte
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			body, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("metrics do not parse: %v", err)
-	}
+	fams := scrape(t, addr)
 	pk := fams["vhostmq_queue_packets_total"]
 	if pk == nil || len(pk.Metric) != 4 { // 2 pairs x rx/tx
 		t.Fatalf("vhostmq_queue_packets_total: %v", pk)
@@ -604,4 +587,30 @@ func TestSavedPorts(t *testing.T) {
 	if _, err := SavedPorts(dir); err == nil {
 		t.Fatal("a truncated file must be an error, not 0 ports")
 	}
+}
+
+// scrape reads the metrics served at addr (waiting up to 3 s for the
+// server to listen) and parses them.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	var body []byte
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v", err)
+	}
+	return fams
 }

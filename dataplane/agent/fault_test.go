@@ -1,16 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
@@ -40,25 +34,7 @@ func TestFaultAndSealsInStatusAndMetrics(t *testing.T) {
 	// value returns the metric's value for the port (and reason), -1 when absent.
 	value := func(name, reason string) float64 {
 		t.Helper()
-		var body []byte
-		deadline := time.Now().Add(3 * time.Second)
-		for {
-			resp, err := http.Get("http://" + addr + "/metrics")
-			if err == nil {
-				body, _ = io.ReadAll(resp.Body)
-				resp.Body.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-		if err != nil {
-			t.Fatalf("metrics do not parse: %v", err)
-		}
+		fams := scrape(t, addr)
 		f := fams[name]
 		if f == nil {
 			return -1
