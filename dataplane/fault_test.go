@@ -719,3 +719,26 @@ func skipUnderRace(t *testing.T) {
 		t.Skip("a fault inside the race detector's atomics cannot become a panic: run without -race (make test-unit)")
 	}
 }
+
+// TestResetOwnerStopsTheSession: RESET_OWNER (and RESET_DEVICE) stop every
+// ring and forget the negotiation, and the same connection goes on: it is
+// answered and can set the device up again.
+func TestResetOwnerStopsTheSession(t *testing.T) {
+	d := newDataplane(t)
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{})
+	if ps := portStats(t, d, "a"); ps.EnabledPairs != 1 || ps.Memory.Regions != 1 {
+		t.Fatalf("before: %d pairs enabled, %d regions", ps.EnabledPairs, ps.Memory.Regions)
+	}
+	if err := a.Conn().WriteMessage(vhostuser.ReqResetOwner, 1, nil, nil); err != nil { // version 1, no NEED_REPLY
+		t.Fatal(err)
+	}
+	v, err := a.CtrlGet(vhostuser.ReqGetFeatures, nil)
+	if err != nil || len(v) != 8 {
+		t.Fatalf("GET_FEATURES after RESET_OWNER: %x, %v", v, err)
+	}
+	ps := portStats(t, d, "a")
+	if ps.EnabledPairs != 0 || ps.Memory.Regions != 0 || !ps.Connected {
+		t.Errorf("after RESET_OWNER: %d pairs enabled, %d regions mapped, connected %v; want nothing set up, the connection kept",
+			ps.EnabledPairs, ps.Memory.Regions, ps.Connected)
+	}
+}

@@ -35,6 +35,13 @@ func (p *Port) handle(conn *vhostuser.Conn, m *vhostuser.Message) error {
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.log.Debug("vhost-user message", describe(m)...)
 	}
+	if m.Request == vhostuser.ReqResetOwner || m.Request == vhostuser.ReqResetDevice {
+		// Deprecated RESET_OWNER: treat as "stop everything", as DPDK
+		// does; reset takes the session lock itself. No reply: the
+		// protocol features (REPLY_ACK) are reset too.
+		p.reset()
+		return nil
+	}
 	reply, hasReply, ack, err := p.dispatchLocked(m)
 
 	var re requestError
@@ -87,12 +94,6 @@ func (p *Port) dispatch(m *vhostuser.Message) (reply []byte, hasReply bool, err 
 	case vhostuser.ReqSetFeatures:
 		return nil, false, p.setFeatures(m)
 	case vhostuser.ReqSetOwner:
-		return nil, false, nil
-	case vhostuser.ReqResetOwner, vhostuser.ReqResetDevice:
-		// Deprecated RESET_OWNER: treat as "stop everything", as DPDK does.
-		p.ctl.Unlock()
-		p.reset()
-		p.ctl.Lock()
 		return nil, false, nil
 	case vhostuser.ReqGetProtocolFeatures:
 		return u64(OfferedProtocolFeatures), true, nil
