@@ -59,6 +59,23 @@ func Catch(err *error, prev bool) {
 	panic(r)
 }
 
+// Recover is Catch for a goroutine that runs with SetPanicOnFault on all
+// the time (the dataplane's workers), where turning it on and back for
+// each access would cost instructions on the per-burst path:
+//
+//	defer guestmem.Recover(&err)
+func Recover(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if f := AsFault(r); f != nil {
+		*err = f
+		return
+	}
+	panic(r)
+}
+
 // mapped reports whether addr lies in m.
 func mapped(m []byte, addr uintptr) bool {
 	if len(m) == 0 {

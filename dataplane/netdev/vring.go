@@ -197,8 +197,8 @@ func (v *Vring) KickFD() int { return v.kickFD }
 // Whether it does is read from ring memory (used_event, or the avail
 // flags): a fault there stops the ring and ends the port's session
 // (fault.go) instead of reaching the caller, which may be a worker
-// serving another port. Caller holds the lock and has published used
-// elements.
+// serving another port. Caller is a worker (its thread turns faults into
+// panics), holds the lock and has published used elements.
 func (v *Vring) Call() {
 	if v.q == nil || v.callFD < 0 {
 		return
@@ -216,7 +216,7 @@ func (v *Vring) Call() {
 }
 
 func needsCallCaught(q *virtq.Queue, needs *bool) (err error) {
-	defer guestmem.Catch(&err, debug.SetPanicOnFault(true))
+	defer guestmem.Recover(&err)
 	*needs = q.NeedsCall()
 	return nil
 }
