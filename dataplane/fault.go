@@ -14,32 +14,14 @@ import (
 // A ring armed outside a burst goes through netdev.Vring.SetNotify, which
 // catches its own faults.
 
-// stopFaulted stops the ring to blame for a panic r while serving: for a
-// memory fault, the one of the candidates (the ring the burst's
-// bookkeeping blames first) whose port's memory holds the faulting
-// address, and that port's session ends; for any other panic (a bug), the
-// first candidate. It returns the ring it stopped. No candidate's lock is
-// held.
-func (w *worker) stopFaulted(r any, where string, candidates ...*netdev.Vring) *netdev.Vring {
-	f := guestmem.AsFault(r)
-	v := candidates[0]
-	if f != nil {
-		for _, c := range candidates {
-			if c == nil {
-				continue
-			}
-			c.Lock()
-			holds := c.Holds(f.Addr)
-			c.Unlock()
-			if holds {
-				v = c
-				break
-			}
-		}
-	}
+// stopFaulted stops v, the ring blamed for a panic r while serving
+// (endBurst, or the uplink's held ring, found it by the faulting
+// address), and for a memory fault ends its port's session. It returns
+// v. v's lock is not held.
+func (w *worker) stopFaulted(r any, where string, v *netdev.Vring) *netdev.Vring {
 	v.Lock()
 	w.breakVring(v, fmt.Errorf("fault while %s: %v", where, r))
-	if f != nil {
+	if f := guestmem.AsFault(r); f != nil {
 		v.Port.Fault(v, where, f)
 	}
 	v.Unlock()

@@ -236,6 +236,15 @@ func (r *faultRig) shrink() {
 	}
 }
 
+// stopWorker stops the rig's one worker, for a test that drives it.
+func (r *faultRig) stopWorker() *worker {
+	w := r.d.workers[0]
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	return w
+}
+
 // victimSends starts the victim sending frames to itself (the switch drops
 // them, no destination, after the worker read them from the victim's
 // memory) until the returned stop is called or its memory faults, and
@@ -576,10 +585,7 @@ func TestGuestFaultDuringHandoff(t *testing.T) {
 // and arm says to look again (the next pass finds the ring stopped).
 func TestArmingFaultedRingBeforeSleep(t *testing.T) {
 	r := newFaultRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}}, frontend.Config{})
-	w := r.d.workers[0]
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w := r.stopWorker()
 	// The test drives the worker: faults become panics as on its thread.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	r.shrink()
@@ -644,10 +650,8 @@ func TestRequireSealedMemory(t *testing.T) {
 // and the other destinations are not blamed, and the worker goes on.
 func TestInterruptDecisionFaultStaysInItsPort(t *testing.T) {
 	r := newFaultRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}}, frontend.Config{})
-	w := r.d.workers[0]
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w := r.stopWorker()
+	// The test drives the worker: faults become panics as on its thread.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	vrx := r.d.byName["v"].dev.Vrings()[0]
 	brx := r.d.byName["b"].dev.Vrings()[0]

@@ -27,7 +27,6 @@ package dataplane
 // taken). Nothing here allocates.
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
@@ -784,8 +783,9 @@ func (w *worker) culprit(r any, tx *netdev.Vring) *netdev.Vring {
 // back (a frame spanning several buffers is pushed before it is copied
 // whole: publishing it could hand the guest half a frame and a stale
 // header), and every chain taken since is given back (rings complete in
-// order). Only the faulting source's frames are lost. Should that fault
-// too, the ring is dropped and stopped as well, for its own port.
+// order). Only the faulting source's frames are lost. Neither touches
+// guest memory: the roll-back moves the queue's own indexes, and nothing
+// is published.
 func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
 	h := &w.s.rx
 	if h.v == nil {
@@ -794,33 +794,12 @@ func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
 	w.s.inRX = false
 	if h.v == culprit || h.v.Port == culprit.Port {
 		h.unready()
-		h.v.Unlock()
-		*h = rxHold{}
-		return
+	} else {
+		h.q.Unpush(int(h.q.UsedIdx() - h.pub))
+		h.q.Unpop(int(h.q.LastAvail() - h.q.UsedIdx()))
 	}
-	if r := w.rollBackHeld(); r != nil {
-		v := h.v
-		h.unready()
-		w.breakVring(v, fmt.Errorf("fault while publishing after another port's fault: %v", r))
-		if f := guestmem.AsFault(r); f != nil {
-			v.Port.Fault(v, "forwarding", f)
-		}
-		v.Unlock()
-		*h = rxHold{}
-	}
-}
-
-// rollBackHeld rolls the held ring back to where its hold began and
-// releases it; it returns the panic of a fault doing so (the ring then
-// stays held).
-func (w *worker) rollBackHeld() (r any) {
-	defer func() { r = recover() }()
-	h := &w.s.rx
-	h.q.Unpush(int(h.q.UsedIdx() - h.pub))
-	h.q.Unpop(int(h.q.LastAvail() - h.q.UsedIdx()))
-	h.frames, h.bytes = 0, 0
-	w.releaseRX(false)
-	return nil
+	h.v.Unlock()
+	*h = rxHold{}
 }
 
 // settleAfterFault finishes a burst that a fault in another vring's

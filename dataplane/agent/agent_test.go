@@ -508,13 +508,7 @@ func TestWatchHealthAndMetrics(t *testing.T) {
 		t.Errorf("initial health %v", h)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	go e.ag.ServeMetrics(ctx, addr)
+	addr := serveMetrics(ctx, t, e)
 	fams := scrape(t, addr)
 	pk := fams["vhostmq_queue_packets_total"]
 	if pk == nil || len(pk.Metric) != 4 { // 2 pairs x rx/tx
@@ -613,4 +607,18 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 		t.Fatalf("metrics do not parse: %v", err)
 	}
 	return fams
+}
+
+// serveMetrics serves e's metrics on a free loopback port until ctx ends
+// and returns its address.
+func serveMetrics(ctx context.Context, t *testing.T, e *env) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	go e.ag.ServeMetrics(ctx, addr)
+	return addr
 }

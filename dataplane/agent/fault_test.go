@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ func TestFaultAndSealsInStatusAndMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	go e.ag.ServeMetrics(ctx, addr)
+	addr := serveMetrics(ctx, t, e)
 	// value returns the metric's value for the port (and reason), -1 when absent.
 	value := func(name, reason string) float64 {
 		t.Helper()
