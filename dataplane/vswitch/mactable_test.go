@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -12,8 +13,10 @@ import (
 // compared against.
 type macModel struct {
 	max     int
+	limits  map[int]int
 	refresh int64
 	m       map[MAC]modelEntry
+	static  map[MAC]bool
 }
 
 type modelEntry struct {
@@ -22,7 +25,14 @@ type modelEntry struct {
 }
 
 func newMacModel(max int) *macModel {
-	return &macModel{max: max, refresh: 1e9, m: map[MAC]modelEntry{}}
+	return &macModel{max: max, limits: map[int]int{}, refresh: 1e9, m: map[MAC]modelEntry{}, static: map[MAC]bool{}}
+}
+
+func (md *macModel) limit(port int) int {
+	if n, ok := md.limits[port]; ok {
+		return n
+	}
+	return md.max
 }
 
 func (md *macModel) owned(port int) int {
@@ -35,28 +45,30 @@ func (md *macModel) owned(port int) int {
 	return n
 }
 
-func (md *macModel) learn(mac MAC, port int, now int64) bool {
+func (md *macModel) learn(mac MAC, port int, now int64, static bool) bool {
 	if mac[0]&1 != 0 || mac == (MAC{}) {
 		return false
 	}
 	e, ok := md.m[mac]
 	if ok && e.port == port {
-		if now-e.last > md.refresh {
+		if md.static[mac] != static {
+			md.m[mac], md.static[mac] = modelEntry{port, now}, static
+		} else if now-e.last > md.refresh {
 			md.m[mac] = modelEntry{port, now}
 		}
 		return true
 	}
-	if md.owned(port) >= md.max {
+	if md.owned(port) >= md.limit(port) {
 		return false
 	}
-	md.m[mac] = modelEntry{port, now}
+	md.m[mac], md.static[mac] = modelEntry{port, now}, static
 	return true
 }
 
 func (md *macModel) age(now, maxAge int64) int {
 	n := 0
 	for k, e := range md.m {
-		if now-e.last > maxAge {
+		if !md.static[k] && now-e.last > maxAge {
 			delete(md.m, k)
 			n++
 		}
@@ -87,7 +99,11 @@ func TestTableAgainstModel(t *testing.T) {
 		const maxPerPort = 5
 		tbl := NewTable[int](maxPerPort)
 		md := newMacModel(maxPerPort)
-		pool := make([]MAC, 30)
+		// port 3 stands for an uplink: enough addresses to rebuild the
+		// slots several times
+		tbl.SetLimit(3, 100)
+		md.limits[3] = 100
+		pool := make([]MAC, 300)
 		for i := range pool {
 			pool[i] = MAC{0x52, 0x54, 0, 0, byte(i >> 8), byte(i)}
 		}
@@ -103,10 +119,17 @@ func TestTableAgainstModel(t *testing.T) {
 			}
 			var what string
 			switch op := rng.IntN(20); {
-			case op < 14:
+			case op < 10:
 				mac, port := pool[rng.IntN(len(pool))], rng.IntN(4)
-				got, want := tbl.Learn(mac, port, now), md.learn(mac, port, now)
+				got, want := tbl.Learn(mac, port, now), md.learn(mac, port, now, false)
 				what = fmt.Sprintf("Learn(%v, %d, %d)", mac, port, now)
+				if got != want {
+					t.Fatalf("seed %d step %d: %s = %v, want %v", seed, step, what, got, want)
+				}
+			case op < 14:
+				mac, port := pool[rng.IntN(40)], rng.IntN(4)
+				got, want := tbl.Pin(mac, port, now), md.learn(mac, port, now, true)
+				what = fmt.Sprintf("Pin(%v, %d, %d)", mac, port, now)
 				if got != want {
 					t.Fatalf("seed %d step %d: %s = %v, want %v", seed, step, what, got, want)
 				}
@@ -123,6 +146,11 @@ func TestTableAgainstModel(t *testing.T) {
 				what = fmt.Sprintf("Forget(%d)", port)
 				if got != want {
 					t.Fatalf("seed %d step %d: %s = %d, want %d", seed, step, what, got, want)
+				}
+			}
+			for port := range 4 {
+				if got, want := tbl.Owned(port), md.owned(port); got != want {
+					t.Fatalf("seed %d step %d after %s: Owned(%d) = %d, want %d", seed, step, what, port, got, want)
 				}
 			}
 			if tbl.Len() != len(md.m) {
@@ -309,5 +337,33 @@ func TestLookupAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per lookup+learn, want 0", allocs)
+	}
+}
+
+// TestLearnCostFlat: learning a new address costs the same in a table of
+// a thousand addresses as in one of sixty thousand (a source-address flood
+// on an uplink must not make each new address cost a copy of the table).
+// Memory allocated per learn is the measure (deterministic, unlike time).
+func TestLearnCostFlat(t *testing.T) {
+	perLearn := func(size int) float64 {
+		tbl := NewTable[int](1)
+		tbl.SetLimit(0, 1<<20)
+		mac := func(i int) MAC { return MAC{0x52, 0x54, byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)} }
+		for i := range size {
+			tbl.Learn(mac(i), 0, 1)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		const n = 4096
+		for i := range n {
+			tbl.Learn(mac(size+i), 0, 1)
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.TotalAlloc-before.TotalAlloc) / n
+	}
+	small, large := perLearn(1000), perLearn(60000)
+	t.Logf("bytes allocated per new address: %.0f at 1000 addresses, %.0f at 60000", small, large)
+	if large > 4*small+256 {
+		t.Errorf("learning at 60000 addresses allocates %.0f bytes per address, at 1000 %.0f: the cost grows with the table", large, small)
 	}
 }
