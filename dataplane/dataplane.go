@@ -63,8 +63,15 @@ type Config struct {
 	// without a gap): its tap is adopted when it is the one Uplink names,
 	// and read only once StartAdopted serves the adopted ports.
 	Handed *HandedUplink
-	Logger *slog.Logger
+	// UplinkMACs bounds the addresses a network learns behind the uplink
+	// (0: DefaultUplinkMACs); a network's guests own one each.
+	UplinkMACs int
+	Logger     *slog.Logger
 }
+
+// DefaultUplinkMACs is how many addresses a network learns behind the
+// uplink by default: a LAN's worth (Open vSwitch's mac-table-size).
+const DefaultUplinkMACs = 8192
 
 // HandedUplink is the uplink part of a handoff: what the predecessor said
 // of it and the message's fds (New takes the ones it uses, setting them
@@ -105,6 +112,12 @@ type Dataplane struct {
 	// RemovePort's and the rebalancer's moves.
 	placeMu sync.Mutex
 
+	// own are the node's own addresses on the uplink (its device, bridge
+	// and the bridge's ports), as Keys: never learned behind a guest nor
+	// steered to us by the af_xdp map. Fixed before any port exists.
+	own        map[uint64]struct{}
+	uplinkMACs int
+
 	mu     sync.Mutex
 	byName map[string]*port
 	nets   map[string]*network // by name; each has its own MAC table and ports
@@ -130,6 +143,9 @@ type port struct {
 	dev     *netdev.Port
 	net     *network
 	dhcp    *dhcpResponder // nil: DHCP from this port's guest is switched like any frame
+	guard   *guard         // port security (security.go); a stand-in's is off
+	// mac is the port's configured MAC (a Key), noKey when none
+	mac uint64
 	// up marks a network's stand-in for its uplink in the MAC table
 	// (addresses learned from the tap); such a port has no device.
 	up *uplink
@@ -163,7 +179,10 @@ func New(cfg Config) (*Dataplane, error) {
 			topo = balance.Topology{}
 		}
 	}
-	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{},
+	if cfg.UplinkMACs <= 0 {
+		cfg.UplinkMACs = DefaultUplinkMACs
+	}
+	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{}, uplinkMACs: cfg.UplinkMACs,
 		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory, maxMem: cfg.MaxGuestMemory,
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
 	cpus := cfg.CPUs
@@ -238,6 +257,9 @@ type PortOptions struct {
 	// Uplink puts the port's network on the dataplane's tap uplink (every
 	// port of a network must agree).
 	Uplink bool
+	// Security says which source addresses the port's guest may send
+	// from (security.go); the zero value is on.
+	Security PortSecurity
 }
 
 // CPUs returns the CPUs the workers run on (-1: one unpinned worker).
@@ -278,7 +300,17 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		return nil, fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
 	}
 	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling,
-		workers: make([]atomic.Pointer[worker], cfg.QueuePairs)}
+		workers: make([]atomic.Pointer[worker], cfg.QueuePairs), guard: newGuard(opt.Security, cfg.MAC), mac: noKey}
+	if len(cfg.MAC) == 6 {
+		var m vswitch.MAC
+		copy(m[:], cfg.MAC)
+		if m.IsMulticast() || m.IsZero() {
+			return nil, fmt.Errorf("port %q: mac: %s is not a unicast address", cfg.Name, cfg.MAC)
+		}
+		if p.mac = vswitch.KeyOf(m); d.reserved(p.mac) {
+			return nil, fmt.Errorf("port %q: mac: %s is the node's own address on the uplink", cfg.Name, cfg.MAC)
+		}
+	}
 	if opt.DHCP != nil {
 		r, err := newDHCPResponder(*opt.DHCP)
 		if err != nil {
@@ -312,12 +344,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 			}
 			p.workers[v.Pair()].Load().wake()
 		},
-		RARP: func(_ *netdev.Port, mac net.HardwareAddr) {
-			var m vswitch.MAC
-			copy(m[:], mac)
-			p.net.macs.Learn(m, p, time.Now().UnixNano())
-			d.log.Info("guest announced after migration (RARP)", "port", cfg.Name, "mac", mac.String())
-		},
+		RARP: func(_ *netdev.Port, mac net.HardwareAddr) { d.announced(p, mac) },
 	}
 	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
 		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
@@ -333,6 +360,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
 	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)
+	d.pinOwn(p)
 	for i := range p.workers {
 		a := &assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling, hold: txHold{kick: -1}}
 		p.assigns = append(p.assigns, a)
@@ -356,6 +384,7 @@ func (d *Dataplane) RemovePort(name string) error {
 	d.mu.Unlock()
 	d.forgetGuestMACs(p)
 	p.net.macs.Forget(p)
+	d.repin(p)
 	d.placeMu.Lock()
 	p.removed = true
 	for _, w := range d.workers {

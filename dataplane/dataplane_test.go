@@ -540,8 +540,9 @@ func TestMalformedMessageEndsOnlyThatSession(t *testing.T) {
 		a.Close()
 		a = dial(t, sa, frontend.Config{})
 	}
-	learn(t, b, c, 1)
-	fr := udpFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, macA, 1, 1, []byte("a is back"))
+	learn(t, b, c, 1) // b's guest sends from macA, c's from macB (port security: theirs now)
+	macOfA := [6]byte{0x52, 0x54, 0, 0, 0, 0x0c}
+	fr := udpFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, macOfA, 1, 1, []byte("a is back"))
 	if err := a.Send(0, fr); err != nil {
 		t.Fatal(err)
 	}

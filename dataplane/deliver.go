@@ -48,7 +48,7 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 		switch {
 		case t == virtq.Direct && len(buf) >= dhdr+len(frame): // one buffer: the usual
 			h.avail--
-			copy(buf[dhdr:], frame)
+			copyFrom(buf[dhdr:], frame, s.head, 0)
 			s.putHdr(buf, dhdr)
 			if h.logging { // live migration: the frontend resends what we wrote
 				q.LogWritten(buf[:dhdr+len(frame)])
@@ -70,6 +70,11 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 		w.breakHeld(virtq.ErrAvailIdx)
 	}
 	if res == fillWalk {
+		if len(s.head) > 0 { // the checked head over a copy of the frame
+			lin := s.off.lin[:len(frame)]
+			copyFrom(lin, frame, s.head, 0)
+			frame = lin
+		}
 		var none virtq.Reader // the whole frame is the prefix
 		var n, nbufs int
 		n, nbufs, res = w.fill(h, frame, &none, len(frame))
@@ -99,7 +104,7 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	dhdr := h.hdrLen
 	// Each buffer's used element is written as it fills (invisible until
 	// the hold publishes); a frame that does not fit takes them back.
-	k := copy(first[dhdr:], frame)
+	k := copyFrom(first[dhdr:], frame, s.head, 0)
 	firstLen := dhdr + k
 	q.Push(head, uint32(firstLen))
 	nbufs := 1
@@ -129,7 +134,7 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 			return fillBroken
 		}
 		h.avail--
-		m := copy(buf, frame[k:])
+		m := copyFrom(buf, frame, s.head, k)
 		if h.logging {
 			q.LogWritten(buf[:m])
 		}
@@ -178,4 +183,15 @@ func (s *scratch) putHdr(buf []byte, n int) {
 	} else {
 		copy(buf[:n], s.hdr[:n])
 	}
+}
+
+// copyFrom copies frame[off:] into dst, taking the bytes below len(head)
+// from head (the frame's head as port security checked it, scratch.snap)
+// rather than from the guest's buffer, and returns how many it copied.
+func copyFrom(dst, frame, head []byte, off int) int {
+	n := 0
+	if off < len(head) {
+		n = copy(dst, head[off:])
+	}
+	return n + copy(dst[n:], frame[off+n:])
 }

@@ -245,9 +245,10 @@ func TestMigrationTwoPortsOneMAC(t *testing.T) {
 	d := newDataplane(t)
 	proto := frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoRARP
 	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 1), frontend.Config{})
-	src := dial(t, addPort(t, d, "src", netdev.RoleServer, 1), frontend.Config{})
+	// both ports of the migrating VM are given its MAC, as the CNI does
+	src := dial(t, addPortMAC(t, d, "src", macB, PortOptions{}), frontend.Config{})
 	learn(t, a, src, 1)
-	dst := dial(t, addPort(t, d, "dst", netdev.RoleServer, 1), frontend.Config{ProtocolFeatures: proto})
+	dst := dial(t, addPortMAC(t, d, "dst", macB, PortOptions{}), frontend.Config{ProtocolFeatures: proto})
 	dst.RecvAll(0, 100*time.Millisecond)
 	send := func(tag string) {
 		t.Helper()

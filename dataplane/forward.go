@@ -75,7 +75,7 @@ type rxHold struct {
 
 // scratch is a worker's per-burst state, allocated once.
 type scratch struct {
-	peek    [virtio.NetHdrSize + vswitch.HeaderPeek]byte
+	peek    [virtio.NetHdrSize + snapMax]byte // a walked frame's head (at least vswitch.HeaderPeek bytes), checked and delivered from here
 	hdr     [virtio.NetHdrSize]byte
 	minLen  int            // the shortest frame forward may deliver (offloads.go; else 0)
 	off     offloadScratch // offloads.go
@@ -89,6 +89,13 @@ type scratch struct {
 	// destination and gather: no pointer is stored per frame).
 	frames [burstSize]virtq.TXFrame
 	plan   [burstSize]txPlan
+	// snap[i] is gathered frame i's head as port security checked it
+	// (plan[i].snap bytes): its destinations get these bytes, not the
+	// guest's buffer, which the guest may have rewritten since.
+	snap [burstSize][snapMax]byte
+	// head is the checked head of the frame txDirect delivers (put lays
+	// it over the frame's first bytes); nil for an unchecked frame.
+	head []byte
 	dsts   [burstSize]*port
 	nd     int
 	rxb    [4 * burstSize]virtq.RXBuf // the RX buffers a run of frames to one guest took (unicastRun)
@@ -135,8 +142,10 @@ type txBurst struct {
 	lastDst   uint64 // the destination last looked up (a Key), its port and its index in scratch.dsts
 	lastTo    *port
 	lastIdx   uint8
+	guard     guardMode // src's port security
+	mac       uint64    // the source address src's frames must carry (a Key); noKey: none claimed yet
 
-	pkts, bytes, runts, oversize, nodest, disabled, badOffload uint64
+	pkts, bytes, runts, oversize, nodest, disabled, badOffload, spoofed uint64
 }
 
 // noKey is no address's Key: a burst's first source is always learned.
@@ -188,6 +197,9 @@ func (w *worker) serveTX(a *assignment) bool {
 		discard: discard, direct: !discard && src.net.up == nil,
 		multiPair: len(src.rxReady) > 1, dhcp: src.dhcp != nil, lastSmac: noKey, lastDst: noKey,
 		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil}
+	if b.guard = src.guard.mode; b.guard != guardOff {
+		b.mac = src.guard.burstMAC(src.dev.Connects())
+	}
 	s.start = b.now
 	a.macs.Sync(src.net.macs)
 	// A frame held for a full destination (hold.go) is the first chain of
@@ -220,7 +232,8 @@ func (w *worker) serveTX(a *assignment) bool {
 	c := &v.Counters
 	c.Packets.Add(b.pkts)
 	c.Bytes.Add(b.bytes)
-	if b.runts|b.oversize|b.nodest|b.disabled|b.badOffload != 0 {
+	if b.runts|b.oversize|b.nodest|b.disabled|b.badOffload|b.spoofed != 0 {
+		c.DropSpoofed.Add(b.spoofed)
 		c.DropOffload.Add(b.badOffload)
 		c.DropRunt.Add(b.runts)
 		c.DropMTU.Add(b.oversize)
@@ -241,6 +254,7 @@ const (
 	actRunt                  // shorter than an Ethernet header: dropped
 	actOversize              // longer than the MTU allows: dropped
 	actNoDest                // switched, but nowhere to go: counted
+	actSpoofed               // refused by port security: dropped, counted
 	actFlood                 // unknown or multicast destination
 	actUnicast               // to scratch.dsts[dst]
 )
@@ -252,6 +266,7 @@ type txPlan struct {
 	hash uint32 // the flow hash, where a port has several pairs
 	dst  uint8
 	act  txAct
+	snap uint8 // port security read the frame's first snap bytes (scratch.snap): delivered from there
 }
 
 // classify plans the k gathered frames, reading their headers back to
@@ -285,8 +300,22 @@ func (w *worker) classify(b *txBurst, k int) {
 			}
 			continue
 		}
-		dst := vswitch.Key(frame[0:6])
-		p.smac = vswitch.Key(frame[6:12])
+		head := frame
+		p.snap = 0
+		if b.guard != guardOff {
+			// Checked on a copy, read once: the guest may rewrite its
+			// buffer meanwhile, and the destinations get this copy.
+			head = s.snap[i][:min(len(frame), snapMax)]
+			copy(head, frame)
+			ok, n := src.guard.check(head, vswitch.Key(head[6:12]))
+			if !ok || (vswitch.Key(head[6:12]) != b.mac && !w.claimMAC(b, vswitch.Key(head[6:12]))) {
+				p.act = actSpoofed
+				continue
+			}
+			p.snap = uint8(n)
+		}
+		dst := vswitch.Key(head[0:6])
+		p.smac = vswitch.Key(head[6:12])
 		if dhcpHere && dhcp.IsClientFrame(frame) {
 			p.act = actWalk // answered here (local.go)
 			continue
@@ -364,12 +393,15 @@ func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 				return out
 			}
 			continue
-		default: // a runt or oversize frame
+		default: // a runt, oversize or spoofed frame
 			q.Push(f.Head, 0)
-			if p.act == actRunt {
+			switch p.act {
+			case actRunt:
 				b.runts++
-			} else {
+			case actOversize:
 				b.oversize++
+			default:
+				b.spoofed++
 			}
 			continue
 		}
@@ -443,7 +475,11 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 		if len(buf) < dhdr+len(frame) {
 			break
 		}
-		copy(buf[dhdr:], frame)
+		if p.snap == 0 {
+			copy(buf[dhdr:], frame)
+		} else {
+			copyFrom(buf[dhdr:], frame, s.snap[i+n][:p.snap], 0)
+		}
 		s.putHdr(buf, dhdr)
 		if h.logging { // live migration: the frontend resends what we wrote
 			rq.LogWritten(buf[:dhdr+len(frame)])
@@ -490,14 +526,15 @@ func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
 			break
 		}
 		first := rq.Buf(&bufs[used])
-		k := copy(first[dhdr:], frame)
+		head := s.snap[i+n][:p.snap]
+		k := copyFrom(first[dhdr:], frame, head, 0)
 		if h.logging {
 			rq.LogWritten(first[:dhdr+k])
 		}
 		rq.Push(bufs[used].Head, uint32(dhdr+k))
 		for x := 1; x < c; x++ {
 			buf := rq.Buf(&bufs[used+x])
-			m := copy(buf, frame[k:])
+			m := copyFrom(buf, frame, head, k)
 			if h.logging {
 				rq.LogWritten(buf[:m])
 			}
@@ -529,12 +566,16 @@ func (s *scratch) inHandFirst() bool { return s.base+uint16(s.cur) == s.first }
 // (to one port or flooded), straight from the source guest's buffer.
 func (w *worker) txDirect(b *txBurst, f *virtq.TXFrame, p *txPlan) frameOutcome {
 	q := b.q
+	s := &w.s
+	s.head = s.snap[s.cur][:p.snap] // cleared by endBurst
 	if p.act == actFlood {
 		w.flood(b.src, q.Frame(f), p.hash, b.multiPair)
+		s.head = nil
 		return frameDone
 	}
-	to := w.s.dsts[p.dst]
+	to := s.dsts[p.dst]
 	rv, res := w.put(to, q.Frame(f), p.hash)
+	s.head = nil
 	switch {
 	case res == fillDone:
 		if b.a.hold.stalled != nil {
@@ -573,8 +614,14 @@ func (w *worker) flood(src *port, frame []byte, hash uint32, hashed bool) {
 func (b *txBurst) learnMAC(w *worker, smac uint64) {
 	src := b.src
 	mac := vswitch.MACOf(smac)
-	src.net.macs.Learn(mac, src, b.now)
 	b.lastSmac = smac
+	if b.guard != guardOff {
+		src.net.macs.Pin(mac, src, b.now) // its own: checked in classify or txWalk
+	} else if !w.dp.reserved(smac) {
+		src.net.macs.Learn(mac, src, b.now)
+	} else {
+		return // the node's own address is never learned behind a guest
+	}
 	if src.net.up != nil {
 		w.guestMAC(mac) // uplink.go: af_xdp steers it to us
 	}
@@ -606,6 +653,19 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 		return frameDone
 	}
 	frame := s.peek[hdrLen:got]
+	if b.guard != guardOff {
+		if smac := vswitch.Key(frame[6:12]); (smac != b.mac && !w.claimMAC(b, smac)) || !src.guard.checks(frame, smac) {
+			r.Skip(maxFrame + hdrLen + 1 - got) // the walk still checks the whole chain
+			if err := r.Err(); err != nil {
+				q.Unpop(1)
+				w.breakVring(v, err)
+				return frameBroken
+			}
+			q.Push(head, 0)
+			b.spoofed++
+			return frameDone
+		}
+	}
 	dst := vswitch.Key(frame[0:6])
 	// DHCP from a guest whose lease the dataplane holds is answered
 	// here (local.go), never switched.
@@ -720,12 +780,12 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 		flooded := false
 		for _, p := range *src.net.ports.Load() {
 			if p != src {
-				w.deliver(p, q, head, hdrLen, frameLen, hash)
+				w.deliver(p, q, head, hdrLen, frame, frameLen, hash)
 				flooded = true
 			}
 		}
 		if src.net.up != nil {
-			w.floodUplink(src.net, q, head, hdrLen, frameLen) // uplink.go
+			w.floodUplink(src.net, q, head, hdrLen, frame, frameLen) // uplink.go
 			flooded = true
 		}
 		if !flooded {
@@ -742,6 +802,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 // serveSafely, which stops the culprit.
 func (w *worker) endBurst(tx *netdev.Vring) {
 	defer tx.Unlock()
+	w.s.head = nil
 	r := recover()
 	if r == nil {
 		if w.s.rx.v != nil {
@@ -962,11 +1023,12 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	return n
 }
 
-// deliver copies a flooded frame into an RX vring of dst, walking the
-// source chain again (a guest rewriting its descriptors meanwhile only
-// hurts its own frame: the walk is bounded again and a frame that came
-// out shorter is not delivered).
-func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frameLen int, hash uint32) {
+// deliver copies a flooded frame into an RX vring of dst: prefix (its
+// head as read and checked once) and the rest walking the source chain
+// again (a guest rewriting its descriptors meanwhile only hurts its own
+// frame: the walk is bounded again and a frame that came out shorter is
+// not delivered).
+func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, prefix []byte, frameLen int, hash uint32) {
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
@@ -981,8 +1043,8 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr, frame
 	s := &w.s
 	s.inRX = true
 	r := src.NewReader(head)
-	r.Skip(srcHdr)
-	n, nbufs, res := w.fill(h, nil, &r, frameLen)
+	r.Skip(srcHdr + len(prefix))
+	n, nbufs, res := w.fill(h, prefix, &r, frameLen)
 	switch {
 	case res == fillDone && n == frameLen && r.Err() == nil:
 		w.commit(h, nbufs, n)

@@ -399,7 +399,7 @@ func (d *Dataplane) LearnHandedMACs(networks json.RawMessage) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("networks: %w", err)
 		}
-		if p.net.macs.Learn(hw, p, now) {
+		if p.adoptMAC(hw, now) {
 			n++
 		}
 	}

@@ -78,6 +78,7 @@ type QueueDrops struct {
 	NoDestination uint64 `json:"noDestination"` // no port to deliver to
 	BadOffload    uint64 `json:"badOffload"`    // offload metadata that does not fit the frame
 	RxHoldExpired uint64 `json:"rxHoldExpired"` // held for a full RX ring past the bound, then dropped (also in rxNoBuffer)
+	Spoofed       uint64 `json:"spoofed"`       // sent from a MAC or IP address that is not the port's (port security)
 }
 
 // Stats returns a snapshot of every port, sorted by name.
@@ -139,6 +140,7 @@ func (p *port) stats() PortStats {
 		}
 		qs.Stalls, qs.Held = tc.Stalls.Load(), rc.Held.Load()
 		qs.Drops.RxHoldExpired = rc.HoldExpired.Load()
+		qs.Drops.Spoofed = tc.DropSpoofed.Load()
 		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}

@@ -20,6 +20,9 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +104,8 @@ type UplinkCounters struct {
 	TxDropped                              atomic.Uint64 // the queue was full (tap: EAGAIN; af_xdp: no free frame) or refused the frame
 	TxOversize                             atomic.Uint64 // larger than the uplink carries
 	MACErrors                              atomic.Uint64 // af_xdp: a guest MAC the XDP program's map refused (full)
+	MACTableFull                           atomic.Uint64 // frames whose source a network could not learn: its uplink addresses are at the limit (uplink.maxMACs)
+	lastFullLog                            atomic.Int64  // unix nanoseconds of the last "table full" line
 	// offloads (offloads.go): guest GSO frames sent whole (tap) or
 	// segmented (af_xdp), partial checksums completed (af_xdp), frames
 	// from the tap whose vnet header did not fit them
@@ -127,6 +132,10 @@ type UplinkStats struct {
 	// af_xdp: how the XDP program and sockets run, and why not faster
 	Mode      string `json:"mode,omitempty"`
 	MACErrors uint64 `json:"macErrors,omitempty"`
+	// MACTableFull counts frames whose source address a network could
+	// not learn behind the uplink: it holds uplink.maxMACs already, and
+	// unicast to the rest floods its guests.
+	MACTableFull uint64 `json:"macTableFull,omitempty"`
 	// offloads
 	TxGSOWhole     uint64 `json:"txGsoWhole"`
 	TxGSOSegmented uint64 `json:"txGsoSegmented"`
@@ -233,8 +242,9 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 		for i := range queues {
 			queues[i] = &tapQueue{fd: dev.Queue(i)}
 		}
+		d.own = ownAddresses(tc.Name, tc.Attach)
 		d.log.Info("tap uplink up", "tap", tc.Name, "attach", tc.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU,
-			"adopted", adopted)
+			"adopted", adopted, "nodeAddresses", len(d.own))
 	default:
 		dev, err := afxdp.Open(*xc, len(d.workers))
 		if err != nil {
@@ -245,7 +255,9 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 		for i := range queues {
 			queues[i] = dev.Queue(i)
 		}
-		d.log.Info("af_xdp uplink up", "interface", xc.Interface, "nicQueues", dev.Queues(), "mode", dev.Mode().String(), "mtu", u.mtu)
+		d.own = ownAddresses(xc.Interface, "")
+		d.log.Info("af_xdp uplink up", "interface", xc.Interface, "nicQueues", dev.Queues(), "mode", dev.Mode().String(), "mtu", u.mtu,
+			"nodeAddresses", len(d.own))
 	}
 	u.byVLAN.Store(&map[int]*network{})
 	for i, w := range d.workers {
@@ -344,7 +356,7 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 	s := UplinkStats{Kind: u.kind, Healthy: true,
 		RxPackets: u.RxPackets.Load(), RxBytes: u.RxBytes.Load(), TxPackets: u.TxPackets.Load(), TxBytes: u.TxBytes.Load(),
 		RxNoNetwork: u.RxNoNetwork.Load(), RxRunt: u.RxRunt.Load(), RxNoDestination: u.RxNoDestination.Load(),
-		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load(), MACErrors: u.MACErrors.Load()}
+		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load(), MACErrors: u.MACErrors.Load(), MACTableFull: u.MACTableFull.Load()}
 	s.TxGSOWhole, s.TxGSOSegmented, s.TxCsumSoftware = u.TxGSOWhole.Load(), u.TxGSOSegmented.Load(), u.TxCsumSoftware.Load()
 	s.RxBadOffload = u.RxBadOffload.Load()
 	if u.tap != nil {
@@ -419,7 +431,8 @@ func (d *Dataplane) CheckUplinkMTU(mtu int) error {
 
 // attachUplink puts a new network on the uplink. Caller holds d.mu.
 func (d *Dataplane) attachUplink(n *network) {
-	n.up = &port{net: n, up: d.up}
+	n.up = &port{net: n, up: d.up, guard: &guard{}, mac: noKey}
+	n.macs.SetLimit(n.up, d.uplinkMACs)
 	m := map[int]*network{}
 	for k, v := range *d.up.byVLAN.Load() {
 		m[k] = v
@@ -650,7 +663,9 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 	var dmac, smac vswitch.MAC
 	copy(dmac[:], frame[0:6])
 	copy(smac[:], frame[6:12])
-	nw.macs.Learn(smac, nw.up, now)
+	if !nw.macs.Learn(smac, nw.up, now) && !smac.IsMulticast() && !smac.IsZero() {
+		w.uplinkTableFull(nw, smac, now)
+	}
 	hash := vswitch.FlowHash(frame)
 	if !dmac.IsMulticast() {
 		if p, ok := nw.macs.Lookup(dmac); ok {
@@ -856,7 +871,7 @@ func (w *worker) forwardUplink(nw *network, r *virtq.Reader, prefix []byte, limi
 
 // floodUplink sends a flooded frame from a guest's TX chain (walked again)
 // to the uplink.
-func (w *worker) floodUplink(nw *network, src *virtq.Queue, head uint16, hdrLen, frameLen int) {
+func (w *worker) floodUplink(nw *network, src *virtq.Queue, head uint16, hdrLen int, prefix []byte, frameLen int) {
 	wu := w.up
 	if wu == nil {
 		return
@@ -877,6 +892,8 @@ func (w *worker) floodUplink(nw *network, src *virtq.Queue, head uint16, hdrLen,
 		wu.q.Cancel()
 		return // the chain changed under us
 	}
+	copy(buf[txHeadroom:], prefix) // the head as it was read and checked
+
 	w.sendUplink(nw, buf, txHeadroom, frameLen)
 }
 
@@ -935,4 +952,38 @@ func (w *worker) flushUplink() {
 		wu.pending = false
 		wu.q.Flush()
 	}
+}
+
+// uplinkTableFull counts a source a network could not learn behind the
+// uplink, and says so at most every 10 s.
+func (w *worker) uplinkTableFull(nw *network, smac vswitch.MAC, now int64) {
+	u := w.up.u
+	u.MACTableFull.Add(1)
+	if last := u.lastFullLog.Load(); now-last > 10e9 && u.lastFullLog.CompareAndSwap(last, now) {
+		w.dp.log.Warn("network learned as many addresses behind the uplink as it may (uplink.maxMACs): frames to the others flood its guests",
+			"network", nw.name, "limit", w.dp.uplinkMACs, "unlearned", net.HardwareAddr(smac[:]).String(), "refused", u.MACTableFull.Load())
+	}
+}
+
+// ownAddresses returns the node's own addresses on the uplink: the
+// device's, and for a tap attached to a bridge the bridge's and its
+// ports' (the node's NIC among them), as MAC table Keys.
+func ownAddresses(dev, bridge string) map[uint64]struct{} {
+	own := map[uint64]struct{}{}
+	add := func(name string) {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil || len(ifc.HardwareAddr) != 6 {
+			return
+		}
+		own[vswitch.KeyOf(vswitch.MAC(ifc.HardwareAddr))] = struct{}{}
+	}
+	add(dev)
+	if bridge != "" {
+		add(bridge)
+		ports, _ := os.ReadDir(filepath.Join("/sys/class/net", bridge, "brif"))
+		for _, p := range ports {
+			add(p.Name())
+		}
+	}
+	return own
 }

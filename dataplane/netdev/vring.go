@@ -63,6 +63,7 @@ type Counters struct {
 	DropMTU     atomic.Uint64 // frames longer than the port MTU allows
 	DropRunt    atomic.Uint64 // TX: frames shorter than an Ethernet header
 	DropNoDest  atomic.Uint64 // TX: frames with nowhere to go
+	DropSpoofed atomic.Uint64 // TX: frames from an address that is not the port's (port security)
 	// Offloads: RX counts what was delivered to this guest, TX what its
 	// guest sent.
 	GSOWhole     atomic.Uint64 // RX: GSO frames delivered whole (metadata passed through)
