@@ -96,9 +96,9 @@ type scratch struct {
 	// head is the checked head of the frame txDirect delivers (put lays
 	// it over the frame's first bytes); nil for an unchecked frame.
 	head []byte
-	dsts   [burstSize]*port
-	nd     int
-	rxb    [4 * burstSize]virtq.RXBuf // the RX buffers a run of frames to one guest took (unicastRun)
+	dsts [burstSize]*port
+	nd   int
+	rxb  [4 * burstSize]virtq.RXBuf // the RX buffers a run of frames to one guest took (unicastRun)
 	// The gather being served: frames[cur] is the chain in hand, the k-1-cur
 	// after it are taken and not yet served (given back after a fault);
 	// frames[0] was at avail index base.
