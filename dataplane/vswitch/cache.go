@@ -1,22 +1,21 @@
 package vswitch
 
-// Cache is a small direct-mapped cache of a Table's lookups, negative
-// results included, for one worker's queue: a frame's destination costs a
-// compare instead of a map lookup. It is valid for one generation of the
-// table; Sync, called once per burst, empties it when the table changed.
-// A lookup made while the table changes may cache the new answer under
-// the old generation; the next Sync drops it, so an answer is at most one
-// burst stale, as a map lookup racing a change would be. Not safe for
-// concurrent use.
+// Cache is a small direct-mapped cache of a Table's lookups for one
+// worker's queue: a frame's destination costs a compare instead of a
+// table probe. It holds addresses found only: an address the table gains
+// needs no invalidation, so a flood of new source addresses (a LAN behind
+// the uplink, a guest spraying) leaves every pair's cache warm, and
+// unknown destinations, which flood anyway, ask the table each time. It
+// is valid for one generation of the table (which moves when an address
+// moves or goes); Sync, called once per burst, empties it when the table
+// changed. A lookup made while the table changes may cache the new
+// answer under the old generation; the next Sync drops it, so an answer
+// is at most one burst stale, as a table lookup racing a change would
+// be. Not safe for concurrent use.
 type Cache[P comparable] struct {
 	gen  uint64
 	keys [cacheSize]uint64 // key(mac) | cacheValid; 0: empty
-	vals [cacheSize]cached[P]
-}
-
-type cached[P comparable] struct {
-	port  P
-	found bool
+	vals [cacheSize]P
 }
 
 const (
@@ -37,7 +36,7 @@ func (c *Cache[P]) Sync(t *Table[P]) {
 func (c *Cache[P]) Lookup(t *Table[P], k uint64) (P, bool) {
 	i := (k ^ k>>6 ^ k>>12) & (cacheSize - 1)
 	if c.keys[i] == k|cacheValid {
-		return c.vals[i].port, c.vals[i].found
+		return c.vals[i], true
 	}
 	return c.miss(t, k, i)
 }
@@ -47,6 +46,8 @@ func (c *Cache[P]) Lookup(t *Table[P], k uint64) (P, bool) {
 //go:noinline
 func (c *Cache[P]) miss(t *Table[P], k, i uint64) (P, bool) {
 	p, ok := t.lookupKey(k)
-	c.keys[i], c.vals[i] = k|cacheValid, cached[P]{port: p, found: ok}
+	if ok {
+		c.keys[i], c.vals[i] = k|cacheValid, p
+	}
 	return p, ok
 }

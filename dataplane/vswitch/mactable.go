@@ -76,7 +76,7 @@ func (t *slots[P]) find(k uint64) *entry[P] {
 // addresses (SetLimit; NewTable's default otherwise).
 type Table[P comparable] struct {
 	tab         atomic.Pointer[slots[P]]
-	gen         atomic.Uint64 // moves after every change: Cache validates against it
+	gen         atomic.Uint64 // moves when an address moves or goes (not when one is added): Cache validates against it
 	mu          sync.Mutex    // serialises writers
 	live, dead  int           // entries and tombstones in tab, under mu
 	tomb        *entry[P]     // the tombstone: key noAddress
@@ -201,8 +201,7 @@ func (t *Table[P]) set(mac MAC, port P, now int64, static bool) bool {
 		}
 		if e.port == port {
 			if e.static != static {
-				tab.s[i].Store(t.newEntry(k, port, static, now))
-				t.gen.Add(1)
+				tab.s[i].Store(t.newEntry(k, port, static, now)) // the same port: cached answers stay right
 			} else {
 				e.lastSeen.Store(now)
 			}
@@ -225,8 +224,7 @@ func (t *Table[P]) set(mac MAC, port P, now int64, static bool) bool {
 		tab = t.rebuild(t.live + 1)
 	}
 	t.insert(tab, free, t.newEntry(k, port, static, now))
-	t.gen.Add(1)
-	return true
+	return true // a new address: no cached answer is wrong (Cache holds found ones)
 }
 
 func (t *Table[P]) newEntry(k uint64, port P, static bool, now int64) *entry[P] {
@@ -332,8 +330,8 @@ func (t *Table[P]) Owned(port P) int {
 	return t.perPort[port]
 }
 
-// Gen returns the table's generation: it changes after every learn of a
-// new address, move, forget and age, never on a refresh.
+// Gen returns the table's generation: it changes after every move,
+// forget and age, never on a refresh or a new address.
 func (t *Table[P]) Gen() uint64 { return t.gen.Load() }
 
 // Len returns the number of addresses in the table.
