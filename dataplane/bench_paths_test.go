@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"net/netip"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -121,12 +123,19 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 	r.w.wake()
 	<-r.w.done
 	cfg := frontend.Config{QueueSize: 1024, RxPoll: true, TxBufSize: 2048}
-	r.tx = dial(tb, addPort(tb, d, "a", netdev.RoleServer, 1), cfg)
+	// Ports as the CNI makes them: given their MAC and IPAM address, port
+	// security on (the frames' source IP is 10.0.0.1 both ways);
+	// VHOSTMQ_BENCH_PORT_SECURITY=off measures the path without it.
+	opt := PortOptions{Security: PortSecurity{IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}}
+	if os.Getenv("VHOSTMQ_BENCH_PORT_SECURITY") == "off" {
+		opt.Security.Off = true
+	}
+	r.tx = dial(tb, addPortMAC(tb, d, "a", macA, opt), cfg)
 	dst := [6]byte{0x02, 0, 0, 0, 0, 0x99} // nobody
 	if rxCfg != nil {
 		c := *rxCfg
 		c.QueueSize, c.RxPoll = 1024, true
-		r.rx = dial(tb, addPort(tb, d, "b", netdev.RoleServer, 1), c)
+		r.rx = dial(tb, addPortMAC(tb, d, "b", macB, opt), c)
 		r.learn(tb, r.tx, r.rx, macA)
 		r.learn(tb, r.rx, r.tx, macB)
 		dst = macB

@@ -48,7 +48,10 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 		switch {
 		case t == virtq.Direct && len(buf) >= dhdr+len(frame): // one buffer: the usual
 			h.avail--
-			copyFrom(buf[dhdr:], frame, s.head, 0)
+			copy(buf[dhdr:], frame)
+			if pp := s.pp; pp != nil {
+				s.applyPatch(buf[dhdr:], pp, s.ppAt)
+			}
 			s.putHdr(buf, dhdr)
 			if h.logging { // live migration: the frontend resends what we wrote
 				q.LogWritten(buf[:dhdr+len(frame)])
@@ -70,10 +73,8 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 		w.breakHeld(virtq.ErrAvailIdx)
 	}
 	if res == fillWalk {
-		if len(s.head) > 0 { // the checked head over a copy of the frame
-			lin := s.off.lin[:len(frame)]
-			copyFrom(lin, frame, s.head, 0)
-			frame = lin
+		if s.pp != nil {
+			frame = s.checkedCopy(frame)
 		}
 		var none virtq.Reader // the whole frame is the prefix
 		var n, nbufs int
@@ -104,7 +105,15 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	dhdr := h.hdrLen
 	// Each buffer's used element is written as it fills (invisible until
 	// the hold publishes); a frame that does not fit takes them back.
-	k := copyFrom(first[dhdr:], frame, s.head, 0)
+	if pp := s.pp; pp != nil && len(first) < dhdr+patchLen {
+		// the first buffer cannot hold what was checked: from a copy of
+		// the frame with it written over (the guest may rewrite its own)
+		frame = s.checkedCopy(frame)
+	}
+	k := copy(first[dhdr:], frame)
+	if pp := s.pp; pp != nil && len(first) >= dhdr+patchLen {
+		s.applyPatch(first[dhdr:], pp, s.ppAt)
+	}
 	firstLen := dhdr + k
 	q.Push(head, uint32(firstLen))
 	nbufs := 1
@@ -134,7 +143,7 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 			return fillBroken
 		}
 		h.avail--
-		m := copyFrom(buf, frame, s.head, k)
+		m := copy(buf, frame[k:])
 		if h.logging {
 			q.LogWritten(buf[:m])
 		}
@@ -185,13 +194,12 @@ func (s *scratch) putHdr(buf []byte, n int) {
 	}
 }
 
-// copyFrom copies frame[off:] into dst, taking the bytes below len(head)
-// from head (the frame's head as port security checked it, scratch.snap)
-// rather than from the guest's buffer, and returns how many it copied.
-func copyFrom(dst, frame, head []byte, off int) int {
-	n := 0
-	if off < len(head) {
-		n = copy(dst, head[off:])
-	}
-	return n + copy(dst[n:], frame[off+n:])
+// checkedCopy copies a direct frame port security checked (s.pp) into
+// scratch with the checked fields written over it, for the paths that
+// deliver it in pieces: the guest may rewrite its own buffer meanwhile.
+func (s *scratch) checkedCopy(frame []byte) []byte {
+	lin := s.off.lin[:len(frame)]
+	copy(lin, frame)
+	s.applyPatch(lin, s.pp, s.ppAt)
+	return lin
 }

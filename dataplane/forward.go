@@ -27,6 +27,8 @@ package dataplane
 // taken). Nothing here allocates.
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
@@ -89,13 +91,15 @@ type scratch struct {
 	// destination and gather: no pointer is stored per frame).
 	frames [burstSize]virtq.TXFrame
 	plan   [burstSize]txPlan
-	// snap[i] is gathered frame i's head as port security checked it
-	// (plan[i].snap bytes): its destinations get these bytes, not the
-	// guest's buffer, which the guest may have rewritten since.
-	snap [burstSize][snapMax]byte
-	// head is the checked head of the frame txDirect delivers (put lays
-	// it over the frame's first bytes); nil for an unchecked frame.
-	head []byte
+	// chk[i] and src6[i] are what port security read of gathered frame i
+	// (plan[i].patch, security.go).
+	chk  [burstSize]checked
+	src6 [burstSize][16]byte
+	// pp is the plan of the frame txDirect delivers when port security
+	// checked it: put writes the checked fields over its copy (ppAt is
+	// its index in the gather); nil otherwise.
+	pp   *txPlan
+	ppAt int
 	dsts [burstSize]*port
 	nd   int
 	rxb  [4 * burstSize]virtq.RXBuf // the RX buffers a run of frames to one guest took (unicastRun)
@@ -144,6 +148,7 @@ type txBurst struct {
 	lastIdx   uint8
 	guard     guardMode // src's port security
 	mac       uint64    // the source address src's frames must carry (a Key); noKey: none claimed yet
+	ip4       uint32    // src's one allowed IPv4 source (guardIP) as a little-endian load reads it, 0 when it has none or several: checked inline
 
 	pkts, bytes, runts, oversize, nodest, disabled, badOffload, spoofed uint64
 }
@@ -199,6 +204,9 @@ func (w *worker) serveTX(a *assignment) bool {
 		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil}
 	if b.guard = src.guard.mode; b.guard != guardOff {
 		b.mac = src.guard.burstMAC(src.dev.Connects())
+		if len(src.guard.v4) == 1 {
+			b.ip4 = bits.ReverseBytes32(src.guard.v4[0]) // as a little-endian load reads it
+		}
 	}
 	s.start = b.now
 	a.macs.Sync(src.net.macs)
@@ -266,7 +274,10 @@ type txPlan struct {
 	hash uint32 // the flow hash, where a port has several pairs
 	dst  uint8
 	act  txAct
-	snap uint8 // port security read the frame's first snap bytes (scratch.snap): delivered from there
+	// patch says what port security checked (scratch.chk, security.go):
+	// the destinations get those values, not what the guest's buffer
+	// holds by the time of the copy.
+	patch patchKind
 }
 
 // classify plans the k gathered frames, reading their headers back to
@@ -300,22 +311,36 @@ func (w *worker) classify(b *txBurst, k int) {
 			}
 			continue
 		}
-		head := frame
-		p.snap = 0
-		if b.guard != guardOff {
-			// Checked on a copy, read once: the guest may rewrite its
-			// buffer meanwhile, and the destinations get this copy.
-			head = s.snap[i][:min(len(frame), snapMax)]
-			copy(head, frame)
-			ok, n := src.guard.check(head, vswitch.Key(head[6:12]))
-			if !ok || (vswitch.Key(head[6:12]) != b.mac && !w.claimMAC(b, vswitch.Key(head[6:12]))) {
+		dst := vswitch.Key(frame[0:6])
+		p.patch = patchNone
+		if b.guard == guardOff {
+			p.smac = vswitch.Key(frame[6:12])
+		} else {
+			// Port security, inline for IPv4 (security.go): each field
+			// read once, and the destinations get the values read.
+			c := &s.chk[i]
+			c.head = binary.LittleEndian.Uint64(frame[6:14]) // the source MAC and the type, as they lie
+			w0 := bits.ReverseBytes64(c.head)
+			p.smac = w0 >> 16
+			if p.smac != b.mac && !w.claimMAC(b, p.smac) {
 				p.act = actSpoofed
 				continue
 			}
-			p.snap = uint8(n)
+			switch etype := uint16(w0); {
+			case etype == etherIPv4 && b.guard == guardMAC:
+				p.patch = patchEth
+			case etype == etherIPv4 && len(frame) >= 34 && b.ip4 != 0 && binary.LittleEndian.Uint32(frame[26:30]) == b.ip4:
+				p.patch, c.ip4 = patchIPv4, b.ip4
+			default:
+				if v := src.guard.direct(p, c, etype, frame, &s.src6[i]); v != guardPass {
+					p.act = actSpoofed
+					if v == guardWalk {
+						p.act = actWalk // ARP, NDP: checked on the walker's copy
+					}
+					continue
+				}
+			}
 		}
-		dst := vswitch.Key(head[0:6])
-		p.smac = vswitch.Key(head[6:12])
 		if dhcpHere && dhcp.IsClientFrame(frame) {
 			p.act = actWalk // answered here (local.go)
 			continue
@@ -475,10 +500,9 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 		if len(buf) < dhdr+len(frame) {
 			break
 		}
-		if p.snap == 0 {
-			copy(buf[dhdr:], frame)
-		} else {
-			copyFrom(buf[dhdr:], frame, s.snap[i+n][:p.snap], 0)
+		copy(buf[dhdr:], frame)
+		if p.patch != patchNone {
+			s.applyPatch(buf[dhdr:], p, i+n)
 		}
 		s.putHdr(buf, dhdr)
 		if h.logging { // live migration: the frontend resends what we wrote
@@ -526,15 +550,20 @@ func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
 			break
 		}
 		first := rq.Buf(&bufs[used])
-		head := s.snap[i+n][:p.snap]
-		k := copyFrom(first[dhdr:], frame, head, 0)
+		if p.patch != patchNone && len(first) < dhdr+patchLen {
+			break // put (putSpan) takes it from a checked copy
+		}
+		k := copy(first[dhdr:], frame)
+		if p.patch != patchNone {
+			s.applyPatch(first[dhdr:], p, i+n)
+		}
 		if h.logging {
 			rq.LogWritten(first[:dhdr+k])
 		}
 		rq.Push(bufs[used].Head, uint32(dhdr+k))
 		for x := 1; x < c; x++ {
 			buf := rq.Buf(&bufs[used+x])
-			m := copyFrom(buf, frame, head, k)
+			m := copy(buf, frame[k:])
 			if h.logging {
 				rq.LogWritten(buf[:m])
 			}
@@ -567,15 +596,17 @@ func (s *scratch) inHandFirst() bool { return s.base+uint16(s.cur) == s.first }
 func (w *worker) txDirect(b *txBurst, f *virtq.TXFrame, p *txPlan) frameOutcome {
 	q := b.q
 	s := &w.s
-	s.head = s.snap[s.cur][:p.snap] // cleared by endBurst
+	if p.patch != patchNone {
+		s.pp, s.ppAt = p, s.cur // cleared here and by endBurst
+	}
 	if p.act == actFlood {
 		w.flood(b.src, q.Frame(f), p.hash, b.multiPair)
-		s.head = nil
+		s.pp = nil
 		return frameDone
 	}
 	to := s.dsts[p.dst]
 	rv, res := w.put(to, q.Frame(f), p.hash)
-	s.head = nil
+	s.pp = nil
 	switch {
 	case res == fillDone:
 		if b.a.hold.stalled != nil {
@@ -802,7 +833,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 // serveSafely, which stops the culprit.
 func (w *worker) endBurst(tx *netdev.Vring) {
 	defer tx.Unlock()
-	w.s.head = nil
+	w.s.pp = nil
 	r := recover()
 	if r == nil {
 		if w.s.rx.v != nil {

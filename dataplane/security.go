@@ -8,6 +8,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type PortSecurity struct {
 	IPs []netip.Addr
 }
 
-// snapMax bounds the frame head a check reads: an NDP advertisement with
+// snapMax bounds the frame head the walker's check reads: an NDP advertisement with
 // its link-layer option is 86 bytes. An NDP frame whose options go past
 // it is refused rather than half checked.
 const snapMax = 128
@@ -359,4 +360,99 @@ func (p *port) adoptMAC(mac vswitch.MAC, now int64) bool {
 	default:
 		return vswitch.KeyOf(mac) == g.mac && p.net.macs.Pin(mac, p, now)
 	}
+}
+
+// patchKind says which fields of a direct frame port security read, and
+// its destinations get from the plan (applyPatch) rather than from the
+// guest's buffer, which the guest may rewrite between the check and the
+// copy.
+type patchKind uint8
+
+const (
+	patchNone patchKind = iota // not checked (security off)
+	patchEth                   // the source MAC and the Ethernet type
+	patchIPv4                  // and the IPv4 source
+	patchIPv6                  // and the IPv6 next header and source
+)
+
+// patchLen covers every patched field (the IPv6 source ends at 38).
+const patchLen = 38
+
+// guardVerdict is what direct decided.
+type guardVerdict uint8
+
+const (
+	guardPass guardVerdict = iota
+	guardWalk              // ARP, NDP: the walker checks them on its copy
+	guardDrop              // spoofed
+)
+
+// direct decides a direct frame already known to come from the port's
+// MAC (plan.smac, c.head read), recording what its destinations must
+// get. ARP and ICMPv6 (NDP) frames, whose checks read further, walk:
+// the walker checks the copy it delivers from.
+func (g *guard) direct(p *txPlan, c *checked, etype uint16, frame []byte, src6 *[16]byte) guardVerdict {
+	switch etype {
+	case etherIPv4:
+		if g.mode != guardIP {
+			p.patch = patchEth
+			return guardPass
+		}
+		if len(frame) < 34 {
+			return guardDrop
+		}
+		if c.ip4 = binary.LittleEndian.Uint32(frame[26:30]); !g.allows4(bits.ReverseBytes32(c.ip4)) {
+			return guardDrop
+		}
+		p.patch = patchIPv4
+	case etherIPv6:
+		if len(frame) < 54 {
+			if g.mode == guardIP {
+				return guardDrop
+			}
+			p.patch = patchEth // too short to hold NDP
+			return guardPass
+		}
+		if c.nh = frame[20]; c.nh == 58 {
+			return guardWalk
+		}
+		*src6 = [16]byte(frame[22:38])
+		if g.mode == guardIP && !g.allows6(src6[:]) {
+			return guardDrop
+		}
+		p.patch = patchIPv6
+	case etherARP:
+		return guardWalk
+	case etherVLAN, etherQinQ:
+		return guardDrop
+	default:
+		p.patch = patchEth
+	}
+	return guardPass
+}
+
+// checked is what port security read of a direct frame, as it lay in
+// the frame (little-endian loads: applyPatch stores them back as they
+// were).
+type checked struct {
+	head uint64 // bytes 6..14: the source MAC and the Ethernet type
+	ip4  uint32 // the IPv4 source
+	nh   uint8  // the IPv6 next header
+}
+
+// applyPatch writes what port security checked of gathered frame i (its
+// plan p) over b, a destination's copy of the frame.
+func (s *scratch) applyPatch(b []byte, p *txPlan, i int) {
+	c := &s.chk[i]
+	binary.LittleEndian.PutUint64(b[6:14], c.head)
+	if p.patch == patchIPv4 {
+		binary.LittleEndian.PutUint32(b[26:30], c.ip4)
+	} else if p.patch == patchIPv6 {
+		s.patchIPv6(b, i)
+	}
+}
+
+func (s *scratch) patchIPv6(b []byte, i int) {
+	b[20] = s.chk[i].nh
+	*(*[16]byte)(b[22:38]) = s.src6[i]
 }
