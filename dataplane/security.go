@@ -33,10 +33,14 @@ type PortSecurity struct {
 	// Off lets the guest send from any address and have every source it
 	// uses learned: for guests that bridge or route other hosts' frames.
 	Off bool
-	// IPs the guest may send from, from the pod's IPAM; none: IP fields
-	// are not checked. The unspecified addresses (0.0.0.0 for DHCP and
-	// ARP probes, :: for duplicate address detection) and the IPv6
-	// link-local address derived from the port's MAC are always allowed.
+	// IPs the guest may send from, from the pod's IPAM. A family IPAM gave
+	// no address of is not checked (an IPv4-only network leaves the
+	// guest's IPv6 alone). The unspecified addresses (0.0.0.0 for DHCP and
+	// ARP probes, :: for duplicate address detection) are always allowed,
+	// and with IPv6 addresses the link-local address derived from the
+	// port's MAC (modified EUI-64, as OVN allows): a guest that forms
+	// stable-privacy link-local addresses must use EUI-64 ones, or have
+	// port security off.
 	IPs []netip.Addr
 }
 
@@ -97,7 +101,7 @@ func newGuard(sec PortSecurity, mac net.HardwareAddr) *guard {
 			g.v6 = append(g.v6, ip.As16())
 		}
 	}
-	if !g.sticky {
+	if len(g.v6) > 0 && !g.sticky {
 		g.v6 = append(g.v6, linkLocal(mac))
 	}
 	return g
@@ -221,8 +225,8 @@ func (g *guard) checkNDP(snap []byte, mac uint64) (bool, int) {
 }
 
 func (g *guard) allows4(ip uint32) bool {
-	if ip == 0 {
-		return true // DHCP, ARP probes
+	if ip == 0 || len(g.v4) == 0 {
+		return true // DHCP, ARP probes; or IPAM gave no IPv4 address: not checked
 	}
 	for _, a := range g.v4 {
 		if a == ip {
@@ -234,8 +238,8 @@ func (g *guard) allows4(ip uint32) bool {
 
 func (g *guard) allows6(ip []byte) bool {
 	a := [16]byte(ip)
-	if a == ([16]byte{}) {
-		return true // duplicate address detection
+	if a == ([16]byte{}) || len(g.v6) == 0 {
+		return true // duplicate address detection; or IPAM gave no IPv6 address: not checked
 	}
 	for _, b := range g.v6 {
 		if a == b {

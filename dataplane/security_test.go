@@ -359,3 +359,25 @@ func FuzzGuardCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestPortSecurityChecksOnlyTheFamiliesGiven: a port whose IPAM gave only
+// IPv4 addresses checks IPv4 sources and leaves its guest's IPv6 alone
+// (its own MAC still required).
+func TestPortSecurityChecksOnlyTheFamiliesGiven(t *testing.T) {
+	d := newDataplane(t)
+	a := dial(t, addPortMAC(t, d, "a", macA, PortOptions{}), frontend.Config{})
+	m := dial(t, addPortMAC(t, d, "m", macM, PortOptions{Security: PortSecurity{IPs: []netip.Addr{ipM}}}), frontend.Config{})
+	v6 := ipv6Frame(macA, macM, netip.MustParseAddr("fd00::77"), ip6B, 17, make([]byte, 16))
+	for _, fr := range [][]byte{v6, ndpFrame(macM, netip.MustParseAddr("fe80::1234"), 136, netip.MustParseAddr("fe80::1234"), macM)} {
+		if err := m.Send(0, fr); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := a.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got, fr) {
+			t.Fatalf("IPv6 from an IPv4-only port: a got %x, %v", got, err)
+		}
+	}
+	if err := m.Send(0, ipv4Frame(macA, macM, ipB, ipA, "forged")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged IPv4 source counted", func() bool { return portStats(t, d, "m").Queues[0].Drops.Spoofed == 1 })
+}
