@@ -100,7 +100,7 @@ generate: ## Regenerate the gRPC/protobuf code (agent API, KubeVirt hook API)
 	hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, helm lint and deploy/ up to date with the chart
+verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, helm lint, deploy/ up to date with the chart, and the chart's exposure rules (go test ./charts/)
 	hack/verify.sh $(STATICCHECK_VERSION)
 	hack/manifests.sh --check
 

@@ -267,6 +267,10 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 	if ps.pollSet {
 		poll = ps.poll
 	}
+	security := *conf.PortSecurity
+	if ps.security != nil {
+		security = *ps.security
+	}
 	s := &agentv1.PortSpec{
 		Id:          PortID(args.ContainerID, args.IfName),
 		SocketPath:  host,
@@ -287,6 +291,7 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 			LabelInterface:   args.IfName,
 		},
 	}
+	s.PortSecurity = &security
 	if conf.Name != "" {
 		s.Labels[LabelNetwork] = conf.Name
 	}
@@ -354,6 +359,10 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 		res.IPs, res.Routes, res.DNS = ir.IPs, ir.Routes, ir.DNS
 		if s.Dhcp {
 			s.Ip = ipConfig(ir)
+		} else if s.PortSecurityOn() {
+			// port security: the addresses the guest may send from
+			// (gateway, routes and DNS are for DHCP only)
+			s.Ip = &agentv1.IPConfig{Addresses: ipConfig(ir).Addresses}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
@@ -592,6 +601,8 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return mismatch("role", got.GetRole(), want.Role)
 	case !slices.Equal(got.GetSlots(), want.Slots):
 		return mismatch("slots", got.GetSlots(), want.Slots)
+	case got.PortSecurityOn() != want.PortSecurityOn():
+		return mismatch("port_security", got.PortSecurityOn(), want.PortSecurityOn())
 	}
 	// A port without a network was made by a plugin from before networks
 	// (this one always names it): it keeps working as it was made.

@@ -363,6 +363,43 @@ func TestCheckDetectsDifferences(t *testing.T) {
 	}
 }
 
+// portSecurity: on by default, off from the network configuration, and
+// CHECK names it when the port differs.
+func TestPortSecurity(t *testing.T) {
+	e := newEnv(t)
+	e.allocate("c0-s0")
+	args := cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0"`))
+	mustAdd(t, args)
+	if s := e.ports()[0].Spec; !s.PortSecurityOn() {
+		t.Errorf("default: port_security %v, want on", s.PortSecurity)
+	}
+	if err := CmdCheck(args); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	off := cmdArgs(cid, "net1", e.conf(`,"deviceID":"c0-s0","portSecurity":false`))
+	if err := CmdCheck(off); cniErr(t, err).Code != ErrPortMismatch || !strings.Contains(err.Error(), "port_security is true, want false") {
+		t.Errorf("CHECK with portSecurity false: %v", err)
+	}
+	// ADD of the same attachment with another setting is refused by the
+	// agent, naming the field.
+	if err := CmdAdd(off); cniErr(t, err).Code != ErrAgentRejected || !strings.Contains(err.Error(), "spec.port_security") {
+		t.Errorf("ADD again with portSecurity false: %v", err)
+	}
+	if err := CmdDel(args); err != nil {
+		t.Fatal(err)
+	}
+	mustAdd(t, off)
+	if s := e.ports()[0].Spec; s.PortSecurityOn() {
+		t.Errorf("portSecurity false: port_security %v", s.PortSecurity)
+	}
+	if err := CmdCheck(off); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := CmdCheck(args); cniErr(t, err).Code != ErrPortMismatch || !strings.Contains(err.Error(), "port_security is false, want true") {
+		t.Errorf("CHECK with portSecurity on: %v", err)
+	}
+}
+
 func TestBadConfigCreatesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s0")
@@ -392,6 +429,7 @@ func TestBadConfigCreatesNothing(t *testing.T) {
 		{"unallocated device", `,"deviceID":"c0-s3"`, ErrNoAllocation, `device "c0-s3"`},
 		{"dhcp type", `,"deviceID":"c0-s0","dhcp":"yes"`, types.ErrInvalidNetworkConfig, `dhcp: "yes" is not true or false`},
 		{"dhcp without ipam", `,"deviceID":"c0-s0","dhcp":true`, types.ErrInvalidNetworkConfig, "dhcp: true needs ipam"},
+		{"portSecurity type", `,"deviceID":"c0-s0","portSecurity":"off"`, types.ErrInvalidNetworkConfig, `portSecurity: "off" is not true or false`},
 		{"vlan", `,"deviceID":"c0-s0","vlan":4095`, types.ErrInvalidNetworkConfig, "vlan: 4095 is outside 0..4094"},
 		{"vlan type", `,"deviceID":"c0-s0","vlan":-1`, types.ErrInvalidNetworkConfig, "vlan: -1 is not a number"},
 		{"uplink", `,"deviceID":"c0-s0","uplink":"eth0"`, types.ErrInvalidNetworkConfig, `uplink: "eth0" is not`},
@@ -503,6 +541,26 @@ func TestIPAMDelegation(t *testing.T) {
 	}
 	if held() != 0 || len(e.ports()) != 0 {
 		t.Errorf("after DEL: %d leases, %d ports", held(), len(e.ports()))
+	}
+	// dhcp off: the port still carries the addresses (port security
+	// checks the guest's sources against them), and nothing else.
+	noDHCP := cmdArgs(cid, "net1", []byte(strings.Replace(string(conf), `"ipam":`, `"dhcp":false,"ipam":`, 1)))
+	res = mustAdd(t, noDHCP)
+	ps = e.ports()
+	if len(res.IPs) != 1 || len(ps) != 1 || ps[0].Spec.Dhcp || !slices.Equal(ps[0].Spec.Ip.GetAddresses(), []string{res.IPs[0].Address.String()}) || ps[0].Spec.Ip.GetGateway() != "" {
+		t.Errorf("dhcp off: result IPs %v, port %v", res.IPs, ps)
+	}
+	if err := CmdDel(noDHCP); err != nil {
+		t.Fatal(err)
+	}
+	// ... and none without port security
+	noSec := cmdArgs(cid, "net1", []byte(strings.Replace(string(conf), `"ipam":`, `"dhcp":false,"portSecurity":false,"ipam":`, 1)))
+	mustAdd(t, noSec)
+	if ps = e.ports(); len(ps) != 1 || ps[0].Spec.Ip != nil {
+		t.Errorf("dhcp and port security off: port %v", ps)
+	}
+	if err := CmdDel(noSec); err != nil {
+		t.Fatal(err)
 	}
 	// A later step fails (device-info unwritable): the address is released.
 	blocker := filepath.Join(e.Dir, "blocker")

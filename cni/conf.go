@@ -91,6 +91,10 @@ type NetConf struct {
 	// VMs on this node only), "tap" or "af_xdp" (the node's uplink of that
 	// kind, from the agent config).
 	Uplink string `json:"uplink,omitempty"`
+	// PortSecurity (default true): the guest may send only from its MAC
+	// and IPAM addresses, so it cannot take another VM's traffic; false
+	// for guests that bridge or route other hosts' frames.
+	PortSecurity *bool `json:"portSecurity,omitempty"`
 
 	// DeviceID and PCIBusID are injected by Multus.
 	DeviceID string `json:"deviceID,omitempty"`
@@ -127,7 +131,7 @@ var knownFields = map[string]bool{
 	"deviceID": true, "pciBusID": true,
 	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
 	"socketMode": true, "polling": true, "kubeconfig": true, "podResourcesSocket": true, "resourceName": true,
-	"dhcp": true, "vlan": true, "uplink": true,
+	"dhcp": true, "vlan": true, "uplink": true, "portSecurity": true,
 }
 
 // loadConf parses and validates a configuration; every error is a
@@ -152,6 +156,7 @@ func loadConf(data []byte) (*NetConf, error) {
 		ok        func(json.RawMessage) bool
 	}{
 		{"dhcp", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
+		{"portSecurity", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"vlan", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
 		{"uplink", "a string", func(r json.RawMessage) bool { var v string; return json.Unmarshal(r, &v) == nil }},
 	} {
@@ -218,6 +223,10 @@ func loadConf(data []byte) (*NetConf, error) {
 		n.DHCP = &on
 	} else if *n.DHCP && n.IPAM.Type == "" {
 		return nil, configError("dhcp: true needs ipam (the addresses the dataplane hands out)")
+	}
+	if n.PortSecurity == nil {
+		on := true
+		n.PortSecurity = &on
 	}
 	if n.VLAN > maxVLAN {
 		return nil, configError("vlan: %d is outside 0..%d", n.VLAN, maxVLAN)

@@ -31,6 +31,10 @@ const (
 	AnnotationSocketMode = "vhostmq.io/socket-mode"
 	// AnnotationPolling is "interrupt", "adaptive" or "busy".
 	AnnotationPolling = "vhostmq.io/polling"
+	// AnnotationPortSecurity is "true" (the guest may send only from its
+	// own MAC and IPAM addresses) or "false" (from any: it bridges or
+	// routes).
+	AnnotationPortSecurity = "vhostmq.io/port-security"
 )
 
 // DefaultKubeconfig is read when the configuration names no kubeconfig
@@ -51,6 +55,7 @@ type podSettings struct {
 	role       agentv1.Role
 	poll       agentv1.PollingMode
 	pollSet    bool
+	security   *bool // port security; nil: the network's
 }
 
 // kubeconfigPath returns the kubeconfig to use, "" for none.
@@ -206,6 +211,13 @@ func parseAnnotations(a map[string]string) (podSettings, error) {
 			return s, annotationError(AnnotationPolling, v, "interrupt, adaptive or busy")
 		}
 		s.poll, s.pollSet = p, true
+	}
+	if v, ok := a[AnnotationPortSecurity]; ok {
+		if v != "true" && v != "false" {
+			return s, annotationError(AnnotationPortSecurity, v, `"true" (the guest sends only from its own addresses) or "false" (from any address)`)
+		}
+		on := v == "true"
+		s.security = &on
 	}
 	return s, nil
 }

@@ -105,6 +105,34 @@ func TestAnnotationsTuneThePort(t *testing.T) {
 	}
 }
 
+// vhostmq.io/port-security overrides the network's portSecurity, both ways.
+func TestPortSecurityAnnotation(t *testing.T) {
+	e := newEnv(t)
+	e.allocate("c0-s0")
+	e.allocate("c0-s1")
+	for _, tc := range []struct {
+		device, ifname, netconf, annotation string
+		want                                bool
+	}{
+		{"c0-s0", "net1", "", "false", false},
+		{"c0-s1", "net2", `,"portSecurity":false`, "true", true},
+	} {
+		kc, _ := apiServer(t, launcherPod(map[string]string{AnnotationPortSecurity: tc.annotation}))
+		args := cmdArgs(cid, tc.ifname, e.conf(fmt.Sprintf(`,"deviceID":%q,"kubeconfig":%q%s`, tc.device, kc, tc.netconf)))
+		mustAdd(t, args)
+		p, err := e.Client.GetPort(context.Background(), &agentv1.GetPortRequest{Id: PortID(cid, tc.ifname)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.PortSecurityOn() != tc.want {
+			t.Errorf("network %q, annotation %q: port security on = %v, want %v", tc.netconf, tc.annotation, p.Spec.PortSecurityOn(), tc.want)
+		}
+		if err := CmdCheck(args); err != nil {
+			t.Errorf("network %q, annotation %q: CHECK: %v", tc.netconf, tc.annotation, err)
+		}
+	}
+}
+
 func TestBadAnnotations(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s0", "c0-s1")
@@ -117,6 +145,9 @@ func TestBadAnnotations(t *testing.T) {
 		{AnnotationSocketMode, "both", `pod annotation vhostmq.io/socket-mode: "both" is not "server"`},
 		{AnnotationPolling, "spin", `pod annotation vhostmq.io/polling: "spin" is not interrupt, adaptive or busy`},
 		{AnnotationPolling, "", `pod annotation vhostmq.io/polling: "" is not`},
+		{AnnotationPortSecurity, "off", `pod annotation vhostmq.io/port-security: "off" is not "true"`},
+		{AnnotationPortSecurity, "True", `pod annotation vhostmq.io/port-security: "True" is not "true"`},
+		{AnnotationPortSecurity, "", `pod annotation vhostmq.io/port-security: "" is not "true"`},
 	} {
 		kc, _ := apiServer(t, launcherPod(map[string]string{tc.key: tc.value}))
 		err := CmdAdd(cmdArgs(cid, "net1", e.conf(fmt.Sprintf(`,"deviceID":"c0-s0","kubeconfig":%q`, kc))))

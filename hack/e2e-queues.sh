@@ -62,7 +62,7 @@ vmq_tg_boot churn "vmq.churn=$SEQ" vmq.churnpause=2
 # put into the guest's RX ring.
 counters() {
     jq -r --arg p "$1" '.ports[] | select(.name == $p) | .queues[] |
-        "\(.txPackets + .drops.txDisabled + .drops.noDestination + .drops.mtu + .drops.runt + .drops.badOffload) \(.rxPackets)"' "$VMQ_TG_STATS"
+        "\(.txPackets + .drops.txDisabled + .drops.noDestination + .drops.mtu + .drops.runt + .drops.badOffload + .drops.spoofed) \(.rxPackets)"' "$VMQ_TG_STATS"
 }
 # gq LINE KEY: the guest's own counter KEY (tx_q0, rx_q3, ...) in a churn line
 gq() { sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$1" | head -n1; }

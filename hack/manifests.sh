@@ -4,8 +4,10 @@
 # proxy once per machine into VHOSTMQ_TOOLS (default /var/cache/vhostmq/tools).
 #
 # Usage: hack/manifests.sh [--check]
-#   --check   fail if deploy/vhostmq.yaml differs from a fresh render
-#             (what `make verify` runs)
+#   --check   fail if deploy/vhostmq.yaml differs from a fresh render, and
+#             run the chart's exposure tests (go test ./charts/: metrics
+#             bind and auth, RBAC of the CNI's token, the webhook's scope
+#             and PodDisruptionBudget); what `make verify` runs
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -39,7 +41,10 @@ for set in "" "kubevirt.registerBinding=true,metrics.enabled=true,metrics.servic
     "devicePlugin.enabled=false,dra.enabled=true,webhook.enabled=false" \
     "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vlan=10" \
     "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp" \
-    "dra.enabled=true,dra.devices=numa" "dataplane.requireSealedMemory=true"; do
+    "dra.enabled=true,dra.devices=numa" "dataplane.requireSealedMemory=true" \
+    "metrics.enabled=true,metrics.auth=kubernetes,metrics.serviceMonitor.enabled=true,metrics.readers[0].kind=ServiceAccount,metrics.readers[0].name=prometheus,metrics.readers[0].namespace=monitoring" \
+    "uplink.mode=tap,networkAttachmentDefinition.uplink=tap,metrics.enabled=true,metrics.bind=podIP,metrics.auth=tls,metrics.tls.secretName=m,metrics.tls.clientCASecretName=ca,metrics.podMonitor.enabled=true" \
+    "namespace.create=true,webhook.replicas=1,webhook.networkNames={dpdk-net}"; do
     args=(lint --strict charts/vhostmq --kube-version "$KUBE_VERSION" ${set:+--set "$set"})
     "$helm" "${args[@]}" >/dev/null || { "$helm" "${args[@]}"; vmq_die "helm lint ${set:+--set $set }failed"; }
 done
@@ -76,16 +81,20 @@ render() {
     {
         echo "# Rendered from charts/vhostmq by hack/manifests.sh (make manifests); do not edit."
         echo "# Needs cert-manager for the webhook certificate and Multus' NetworkAttachmentDefinition CRD."
-        echo "# Install: kubectl create namespace vhostmq-system && kubectl apply -f deploy/vhostmq.yaml"
+        echo "# Install: kubectl apply -f deploy/vhostmq.yaml (it makes the namespace vhostmq-system, Pod Security privileged)"
         "$helm" template vhostmq charts/vhostmq --namespace vhostmq-system --kube-version "$KUBE_VERSION" \
-            --set webhook.certManager.enabled=true
+            --set webhook.certManager.enabled=true --set namespace.create=true
     }
 }
 if ((check)); then
     if ! diff -u deploy/vhostmq.yaml <(render) >/dev/null; then
         vmq_die "deploy/vhostmq.yaml is stale: run make manifests and commit the result"
     fi
-    vmq_log "helm lint ok; deploy/vhostmq.yaml matches the chart"
+    VHOSTMQ_HELM=$helm go test -count=1 ./charts/ >/dev/null || {
+        VHOSTMQ_HELM=$helm go test -count=1 ./charts/
+        vmq_die "the chart's exposure tests failed (go test ./charts/)"
+    }
+    vmq_log "helm lint ok; deploy/vhostmq.yaml matches the chart; go test ./charts/ ok"
 else
     render >deploy/vhostmq.yaml
     vmq_log "helm lint ok; wrote deploy/vhostmq.yaml"

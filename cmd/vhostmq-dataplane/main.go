@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	path := flag.String("config", "", "path of the YAML config file (required)")
-	probe := flag.String("probe", "", `"ready": exit 0 if the dataplane answering on the config's API socket runs in this pod ($POD_UID), else 1 (the node pod's readiness probe: during an upgrade both pods share the socket)`)
+	probe := flag.String("probe", "", `"ready": exit 0 if the dataplane answering on the config's API socket runs in this pod ($POD_UID), else 1 (the node pod's readiness probe: during an upgrade both pods share the socket); "live": exit 0 if the config's metrics address answers /healthz (the liveness probe: it reaches a localhost address and HTTPS, which an httpGet probe cannot)`)
 	flag.Parse()
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "vhostmq-dataplane: --config FILE is required")
@@ -40,8 +41,15 @@ func main() {
 		}
 		fmt.Println("ready")
 		return
+	case "live":
+		if err := probeLive(*path); err != nil {
+			fmt.Fprintln(os.Stderr, "not live:", err)
+			os.Exit(1)
+		}
+		fmt.Println("live")
+		return
 	default:
-		fmt.Fprintf(os.Stderr, "vhostmq-dataplane: --probe: %q is not \"ready\"\n", *probe)
+		fmt.Fprintf(os.Stderr, "vhostmq-dataplane: --probe: %q is not \"ready\" or \"live\"\n", *probe)
 		os.Exit(2)
 	}
 	if err := run(*path); err != nil {
@@ -60,6 +68,11 @@ func run(path string) error {
 		level.UnmarshalText([]byte(cfg.LogLevel)) // validated by Load
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// before a predecessor is asked: a bad metrics setup refuses nothing
+	metricsAddr, metricsTLS, metricsGuard, err := metricsSetup(cfg, log)
+	if err != nil {
+		return err
+	}
 	// A dataplane still running on the state directory (an upgrade) hands
 	// its ports and tap uplink over: asked before the uplink is opened.
 	take, err := agent.AskPredecessor(cfg.StateDir, log)
@@ -78,7 +91,8 @@ func run(path string) error {
 	}
 	defer dp.Close()
 	ag, err := agent.New(agent.Config{SlotsPerCPU: cfg.SlotsPerCPU, SocketRoot: cfg.SocketRoot, StateDir: cfg.StateDir,
-		APISocket: cfg.APISocket, MetricsAddress: cfg.MetricsAddress, Logger: log, Asked: true, Takeover: take}, dp)
+		APISocket: cfg.APISocket, MetricsAddress: metricsAddr, MetricsTLS: metricsTLS, MetricsGuard: metricsGuard,
+		Logger: log, Asked: true, Takeover: take}, dp)
 	if err != nil {
 		return err
 	}
@@ -101,8 +115,8 @@ func run(path string) error {
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- ag.Serve(ctx) }()
-	if cfg.MetricsAddress != "" {
-		go func() { errc <- ag.ServeMetrics(ctx, cfg.MetricsAddress) }()
+	if metricsAddr != "" {
+		go func() { errc <- ag.ServeMetrics(ctx, metricsAddr) }()
 	}
 	var tick <-chan time.Time
 	if cfg.StatsFile != "" {
@@ -144,6 +158,16 @@ func staticSpec(p *config.Port) *agentv1.PortSpec {
 		s.Polling = agentv1.PollingMode_POLLING_INTERRUPT
 	case "busy":
 		s.Polling = agentv1.PollingMode_POLLING_BUSY
+	}
+	// Port security: the agent takes the allowed IPs from ip.addresses,
+	// host prefixes here (no DHCP for static ports).
+	s.PortSecurity = p.PortSecurity
+	addrs, _ := p.Addrs() // validated by config.Load
+	if len(addrs) > 0 {
+		s.Ip = &agentv1.IPConfig{}
+		for _, a := range addrs {
+			s.Ip.Addresses = append(s.Ip.Addresses, netip.PrefixFrom(a, a.BitLen()).String())
+		}
 	}
 	return s
 }

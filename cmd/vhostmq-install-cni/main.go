@@ -1,10 +1,11 @@
 // Command vhostmq-install-cni puts the vhostmq CNI plugin on the node: it
 // copies the plugin binary into the host's CNI bin directory and writes
-// the kubeconfig the plugin reads pod annotations with, from the pod's
-// service account. With --watch it keeps the token fresh (service account
-// tokens are rotated), as Multus does for its own kubeconfig, and with
-// --daemonset it removes what it and the node agent put on the node when
-// the release is uninstalled (see uninstall.go).
+// the kubeconfig the plugin reads pod annotations with: a short-lived
+// token of the plugin's own service account (--service-account, see
+// token.go), else the pod's own token. With --watch it keeps the token
+// fresh, as Multus does for its own kubeconfig, and with --daemonset it
+// removes what it and the node agent put on the node when the release is
+// uninstalled (see uninstall.go).
 package main
 
 import (
@@ -25,7 +26,8 @@ import (
 	"github.com/vhostmq/vhostmq/internal/atomicfile"
 )
 
-const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+// saDir is the pod's service account mount (a variable for the tests).
+var saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
 	src := flag.String("plugin", "/usr/local/bin/vhostmq-cni", "the plugin binary to install")
@@ -39,17 +41,43 @@ func main() {
 	agentSock := flag.String("agent-socket", "", "the node agent's API socket, as mounted (with --daemonset)")
 	socketRoot := flag.String("socket-root", "", "the socket root directory, as mounted (with --daemonset; removed when empty)")
 	agentWait := flag.Duration("agent-wait", 8*time.Second, "with --daemonset: how long to wait at uninstall for the node agent to stop")
+	serviceAccount := flag.String("service-account", "", "the service account (in this pod's namespace) whose short-lived token the plugin gets, minted with the TokenRequest API; empty: this pod's own token, with this pod's rights")
+	tokenTTL := flag.Duration("token-ttl", minTokenTTL, "with --service-account: the token's lifetime (at least 10m); renewed at half of it")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := install(*src, *binDir); err != nil {
 		log.Error("installing the CNI plugin", "err", err)
 		os.Exit(1)
 	}
-	if err := writeKubeconfig(*confDir, *hostConfDir); err != nil {
+	token := ownToken
+	if *serviceAccount != "" {
+		ns, err := ownNamespace()
+		if err != nil {
+			log.Error("reading this pod's namespace", "err", err)
+			os.Exit(1)
+		}
+		m, err := newMinter(ns, *serviceAccount, *tokenTTL)
+		if err != nil {
+			log.Error("the CNI plugin's token", "err", err)
+			os.Exit(1)
+		}
+		token = m.token
+	}
+	refresh := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		tok, err := token(ctx)
+		if err != nil {
+			return err
+		}
+		return writeKubeconfig(*confDir, *hostConfDir, tok)
+	}
+	if err := refresh(); err != nil {
 		log.Error("writing the CNI kubeconfig", "err", err)
 		os.Exit(1)
 	}
-	log.Info("CNI plugin installed", "binary", filepath.Join(*binDir, filepath.Base(*src)), "kubeconfig", filepath.Join(*hostConfDir, "vhostmq.kubeconfig"))
+	log.Info("CNI plugin installed", "binary", filepath.Join(*binDir, filepath.Base(*src)), "kubeconfig", filepath.Join(*hostConfDir, "vhostmq.kubeconfig"),
+		"serviceAccount", *serviceAccount)
 	if !*watch {
 		return
 	}
@@ -69,7 +97,7 @@ func main() {
 			}
 			return
 		case <-t.C:
-			if err := writeKubeconfig(*confDir, *hostConfDir); err != nil {
+			if err := refresh(); err != nil {
 				log.Error("refreshing the CNI kubeconfig", "err", err)
 			}
 		}
@@ -140,14 +168,12 @@ func fileSHA256(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-func writeKubeconfig(dir, hostDir string) error {
+// writeKubeconfig writes the kubeconfig, its token and the API server's
+// CA, each only if it changed.
+func writeKubeconfig(dir, hostDir string, token []byte) error {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return fmt.Errorf("KUBERNETES_SERVICE_HOST/PORT not set: not running in a pod")
-	}
-	token, err := os.ReadFile(filepath.Join(saDir, "token"))
-	if err != nil {
-		return err
 	}
 	ca, err := os.ReadFile(filepath.Join(saDir, "ca.crt"))
 	if err != nil {

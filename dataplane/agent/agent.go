@@ -4,10 +4,13 @@
 package agent
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,7 +50,12 @@ type Config struct {
 	APISocket string
 	// MetricsAddress serves /metrics, /healthz and /readyz; empty = off.
 	MetricsAddress string
-	Logger         *slog.Logger
+	// MetricsTLS, when set, serves them over HTTPS.
+	MetricsTLS *tls.Config
+	// MetricsGuard, when set, wraps /metrics only: probes of /healthz and
+	// /readyz carry no credentials.
+	MetricsGuard func(http.Handler) http.Handler
+	Logger       *slog.Logger
 	// Asked says the caller already asked for a predecessor's ports
 	// (AskPredecessor) and Takeover is the answer (nil: none); else New
 	// asks.
@@ -263,7 +271,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		cpus = append(cpus, s.cpu)
 	}
 	opt := dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling), Network: spec.Network, VLAN: int(spec.Vlan),
-		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP}
+		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP, Security: security(spec)}
 	if spec.Dhcp {
 		if opt.DHCP, err = leaseOf(spec); err != nil {
 			return nil, err // validated above: not reached
@@ -563,6 +571,22 @@ func netdevConfig(s *agentv1.PortSpec) netdev.Config {
 		c.SocketOwner = &o
 	}
 	return c
+}
+
+// security is the port's source address check: off when the spec turns
+// it off, else the port's MAC and its IPAM addresses (none: the IP
+// fields are not checked).
+func security(s *agentv1.PortSpec) dataplane.PortSecurity {
+	if !s.PortSecurityOn() {
+		return dataplane.PortSecurity{Off: true}
+	}
+	var sec dataplane.PortSecurity
+	for _, a := range s.GetIp().GetAddresses() {
+		if p, err := netip.ParsePrefix(a); err == nil { // validated
+			sec.IPs = append(sec.IPs, p.Addr().Unmap())
+		}
+	}
+	return sec
 }
 
 func polling(m agentv1.PollingMode) dataplane.Polling {

@@ -364,7 +364,9 @@ var (
 )
 
 func frame(dst, src [6]byte) []byte {
-	b := append(append(append([]byte{}, dst[:]...), src[:]...), 0x08, 0x06) // ARP-typed filler
+	// local experimental ethertype: port security checks its source MAC
+	// only (an ARP-typed one would need a real ARP body)
+	b := append(append(append([]byte{}, dst[:]...), src[:]...), 0x88, 0xb5)
 	return binary.BigEndian.AppendUint64(append(b, make([]byte, 40)...), uint64(time.Now().UnixNano()))
 }
 

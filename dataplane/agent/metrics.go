@@ -112,7 +112,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				reason string
 				v      uint64
 			}{{"rx_no_buffer", d.RxNoBuffer}, {"rx_disabled", d.RxDisabled}, {"tx_disabled", d.TxDisabled},
-				{"bad_chain", d.BadChain}, {"mtu", d.Mtu}, {"runt", d.Runt}, {"no_destination", d.NoDestination}} {
+				{"bad_chain", d.BadChain}, {"mtu", d.Mtu}, {"runt", d.Runt}, {"no_destination", d.NoDestination}, {"spoofed", d.Spoofed}} {
 				counter(descDrops, float64(r.v), append(l, r.reason)...)
 			}
 			if psOK && int(q.Pair) < len(ps.Queues) { // offloads: from the dataplane's stats
@@ -176,7 +176,9 @@ func b2f(b bool) float64 {
 }
 
 // ServeMetrics serves /metrics, /healthz and /readyz on addr until ctx
-// ends. An address without a host binds to localhost only.
+// ends. An address without a host binds to localhost only. With
+// Config.MetricsTLS it serves HTTPS, and Config.MetricsGuard decides who
+// reads /metrics.
 func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -188,7 +190,11 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if a.cfg.MetricsGuard != nil {
+		metrics = a.cfg.MetricsGuard(metrics)
+	}
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := a.Health()
 		if !h.Healthy {
@@ -219,14 +225,19 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("metricsAddress: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: a.cfg.MetricsTLS}
 	a.onStop(func() { srv.Close() })
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	a.log.Info("metrics listening", "address", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	a.log.Info("metrics listening", "address", ln.Addr().String(), "https", a.cfg.MetricsTLS != nil, "guarded", a.cfg.MetricsGuard != nil)
+	if a.cfg.MetricsTLS != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

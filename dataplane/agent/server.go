@@ -281,7 +281,7 @@ func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
 			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs, Bursts: q.Bursts, Worker: int32(q.Worker), NumaNode: int32(q.NUMA),
 			Drops: &agentv1.Drops{RxNoBuffer: d.RxNoBuffer, RxDisabled: d.RxDisabled, TxDisabled: d.TxDisabled,
 				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination, BadOffload: d.BadOffload,
-				RxHoldExpired: d.RxHoldExpired},
+				RxHoldExpired: d.RxHoldExpired, Spoofed: d.Spoofed},
 			Stalls: q.Stalls, Held: q.Held,
 			Offload: &agentv1.Offload{GsoWhole: q.Offload.GSOWhole, GsoSegmented: q.Offload.GSOSegmented, CsumSoftware: q.Offload.CsumSoftware},
 		}

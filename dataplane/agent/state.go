@@ -18,8 +18,10 @@ import (
 // refused rather than misread. Version 2 added network, vlan, ip and dhcp
 // to the port spec; a version 1 file reads as version 2 with none of them.
 // Version 3 added the slot reservations (written only when there are
-// some); an older file has none.
-const stateSchema = 3
+// some); an older file has none. Version 4 added port_security to the
+// port spec (written only when a port turns it off, the one value that
+// is stored); an older file's ports have it on.
+const stateSchema = 4
 
 // oldestSchema is the oldest version this agent still reads.
 const oldestSchema = 1
@@ -97,11 +99,17 @@ func decodeState(b []byte) ([]*agentv1.PortSpec, []*agentv1.Reservation, error) 
 }
 
 func (st *stateFile) save(specs []*agentv1.PortSpec, res []*agentv1.Reservation) error {
-	// Without reservations the file stays version 2, which an agent
-	// before them reads: a rollback keeps its ports.
+	// Each file takes the oldest version that holds what it stores, so
+	// an agent from before reservations and port security reads it: a
+	// rollback keeps its ports.
 	sj := stateJSON{SchemaVersion: 2, Ports: []json.RawMessage{}}
 	if len(res) > 0 {
-		sj.SchemaVersion = stateSchema
+		sj.SchemaVersion = 3
+	}
+	for _, s := range specs {
+		if s.PortSecurity != nil {
+			sj.SchemaVersion = 4
+		}
 	}
 	for _, s := range specs {
 		b, err := protojson.Marshal(s)

@@ -55,6 +55,11 @@ func normalize(spec *agentv1.PortSpec) *agentv1.PortSpec {
 	if n.Uplink == "" {
 		n.Uplink = UplinkNone
 	}
+	if n.PortSecurityOn() {
+		// Unset is on: stored only when off, so a state file without
+		// ports that turn it off stays readable by older agents.
+		n.PortSecurity = nil
+	}
 	return n
 }
 
@@ -170,6 +175,8 @@ func firstDifference(a, b *agentv1.PortSpec) string {
 		return "dhcp"
 	case a.Uplink != b.Uplink:
 		return "uplink"
+	case a.PortSecurityOn() != b.PortSecurityOn():
+		return "port_security"
 	}
 	return ""
 }

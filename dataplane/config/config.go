@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,17 @@ type Config struct {
 	// MetricsAddress serves Prometheus /metrics, /healthz and /readyz;
 	// empty (the default) = off; ":9474" binds to localhost only.
 	MetricsAddress string `yaml:"metricsAddress,omitempty"`
+	// MetricsHostEnv names an environment variable holding the IP to bind
+	// metricsAddress (":port") to: the pod's IP from the downward API.
+	MetricsHostEnv string `yaml:"metricsHostEnv,omitempty"`
+	// MetricsAuth guards /metrics: none (default), kubernetes (a bearer
+	// token allowed GET /metrics by TokenReview and SubjectAccessReview)
+	// or tls (a client certificate when metricsTLS.clientCAFile is set).
+	// Both others serve HTTPS; /healthz and /readyz stay open to probes.
+	MetricsAuth string `yaml:"metricsAuth,omitempty"`
+	// MetricsTLS is the HTTPS certificate (kubernetes: optional, a
+	// self-signed one otherwise).
+	MetricsTLS *MetricsTLS `yaml:"metricsTLS,omitempty"`
 	// Ports defined here exist as long as the config says so; they are not
 	// stored in StateDir and cannot be deleted through the API.
 	Ports []Port `yaml:"ports,omitempty"`
@@ -195,6 +207,11 @@ type Port struct {
 	MAC        string `yaml:"mac,omitempty"`
 	// Polling is interrupt, adaptive (default) or busy.
 	Polling string `yaml:"polling,omitempty"`
+	// PortSecurity (default on): the guest may send only from mac and
+	// ips; false for a guest that bridges or routes other hosts' frames.
+	PortSecurity *bool `yaml:"portSecurity,omitempty"`
+	// IPs the guest may send from; none: IP fields are not checked.
+	IPs []string `yaml:"ips,omitempty"`
 }
 
 // Load reads and validates a config file.
@@ -276,11 +293,7 @@ func (c *Config) Validate() error {
 	if len(c.APISocket) >= 108 {
 		errs = append(errs, fmt.Errorf("apiSocket: %q is %d bytes; a unix socket path must be shorter than 108", c.APISocket, len(c.APISocket)))
 	}
-	if c.MetricsAddress != "" {
-		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("metricsAddress: %q is not host:port or :port", c.MetricsAddress))
-		}
-	}
+	errs = append(errs, c.validateMetrics()...)
 	if c.Uplink != nil && c.Uplink.Tap == nil && c.Uplink.AFXDP == nil {
 		errs = append(errs, errors.New("uplink: names no kind (tap or af_xdp)"))
 	}
@@ -332,6 +345,9 @@ func (c *Config) Validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("ports[%d]: polling: %q is not interrupt, adaptive or busy", i, p.Polling))
 		}
+		if _, err := p.Addrs(); err != nil {
+			errs = append(errs, fmt.Errorf("ports[%d]: %w", i, err))
+		}
 		if names[p.Name] {
 			errs = append(errs, fmt.Errorf("ports[%d]: name: %q is used twice", i, p.Name))
 		}
@@ -357,6 +373,34 @@ func (p *Port) NetdevConfig() (netdev.Config, error) {
 		nc.MAC = mac
 	}
 	return nc, nil
+}
+
+// MaxIPs is the most addresses a port may list (the agent's bound on a
+// port's ip.addresses).
+const MaxIPs = 8
+
+// Addrs returns the port's ips, naming the first bad one.
+func (p *Port) Addrs() ([]netip.Addr, error) {
+	if len(p.IPs) > MaxIPs {
+		return nil, fmt.Errorf("ips: %d addresses; at most %d", len(p.IPs), MaxIPs)
+	}
+	var out []netip.Addr
+	for i, s := range p.IPs {
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil || a.Zone() != "":
+			return nil, fmt.Errorf("ips[%d]: %q is not an IP address", i, s)
+		case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			return nil, fmt.Errorf("ips[%d]: %q cannot be a guest's address", i, s)
+		}
+		for j, b := range out {
+			if a.Unmap() == b {
+				return nil, fmt.Errorf("ips[%d]: %q is ips[%d] again", i, s, j)
+			}
+		}
+		out = append(out, a.Unmap()) // guests send IPv4 from IPv4 addresses
+	}
+	return out, nil
 }
 
 // cpuList formats a CPU set as "0-3,6".

@@ -126,6 +126,17 @@ func TestParseInvalid(t *testing.T) {
 		{"mac eui64", withPort(map[string]string{"mac": `"02:00:5e:10:00:00:00:01"`}), "mac"},
 		{"mac garbage", withPort(map[string]string{"mac": "vm1"}), "mac"},
 		{"mac dashes", withPort(map[string]string{"mac": "52-54-00-12-34-56"}), ""},
+		{"port security off", withPort(map[string]string{"portSecurity": "false"}), ""},
+		{"port security on", withPort(map[string]string{"portSecurity": "true"}), ""},
+		{"ips", withPort(map[string]string{"ips": `["10.0.0.3", "fd00::3", "::ffff:10.0.0.4"]`}), ""},
+		{"ips bad", withPort(map[string]string{"ips": `["10.0.0.3", "10.0.0.300"]`}), "ips[1]"},
+		{"ips prefix", withPort(map[string]string{"ips": `["10.0.0.3/24"]`}), "ips[0]"},
+		{"ips zone", withPort(map[string]string{"ips": `["fe80::1%eth0"]`}), "ips[0]"},
+		{"ips unspecified", withPort(map[string]string{"ips": `["0.0.0.0"]`}), "ips[0]"},
+		{"ips multicast", withPort(map[string]string{"ips": `["ff02::1"]`}), "ips[0]"},
+		{"ips broadcast", withPort(map[string]string{"ips": `["255.255.255.255"]`}), "ips[0]"},
+		{"ips twice", withPort(map[string]string{"ips": `["10.0.0.3", "::ffff:10.0.0.3"]`}), "ips[1]"},
+		{"ips too many", withPort(map[string]string{"ips": `[10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4, 10.0.0.5, 10.0.0.6, 10.0.0.7, 10.0.0.8, 10.0.0.9]`}), "ips"},
 	} {
 		_, err := Parse([]byte(c.yaml))
 		switch {
@@ -138,6 +149,42 @@ func TestParseInvalid(t *testing.T) {
 		case c.field != "" && strings.HasPrefix(c.yaml, "ports:") && !strings.Contains(err.Error(), "ports[0]"):
 			t.Errorf("%s: error %q does not name ports[0]", c.name, err)
 		}
+	}
+}
+
+func TestParsePortSecurity(t *testing.T) {
+	c, err := Parse([]byte(`
+ports:
+  - {name: a, socket: /run/a.sock, role: server, queuePairs: 1, mac: "52:54:00:12:34:56", ips: [10.1.2.3, "fd00::3"]}
+  - {name: b, socket: /run/b.sock, role: server, queuePairs: 1, portSecurity: false}
+  - {name: c, socket: /run/c.sock, role: server, queuePairs: 1, portSecurity: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, cc := c.Ports[0], c.Ports[1], c.Ports[2]
+	if a.PortSecurity != nil || b.PortSecurity == nil || *b.PortSecurity || cc.PortSecurity == nil || !*cc.PortSecurity {
+		t.Errorf("portSecurity: a %v (want unset), b %v (want false), c %v (want true)", a.PortSecurity, b.PortSecurity, cc.PortSecurity)
+	}
+	addrs, err := a.Addrs()
+	if err != nil || len(addrs) != 2 || addrs[0].String() != "10.1.2.3" || addrs[1].String() != "fd00::3" {
+		t.Errorf("a.Addrs() = %v, %v", addrs, err)
+	}
+	if addrs, err := b.Addrs(); err != nil || len(addrs) != 0 {
+		t.Errorf("b.Addrs() = %v, %v; want none", addrs, err)
+	}
+	// A bad address is reported with its port and index.
+	_, err = Parse([]byte(`
+ports:
+  - {name: a, socket: /run/a.sock, role: server, queuePairs: 1}
+  - {name: b, socket: /run/b.sock, role: server, queuePairs: 1, ips: ["10.0.0.300"]}
+`))
+	if err == nil || !strings.Contains(err.Error(), `ports[1]: ips[0]: "10.0.0.300" is not an IP address`) {
+		t.Errorf("bad ips: %v", err)
+	}
+	if _, err := Parse([]byte("ports:\n  - {name: c, socket: /run/c.sock, role: server, queuePairs: 1, portSecurity: maybe}")); err == nil ||
+		!strings.Contains(err.Error(), "maybe") {
+		t.Errorf("portSecurity maybe: %v", err)
 	}
 }
 

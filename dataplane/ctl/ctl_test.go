@@ -156,7 +156,7 @@ func TestCommands(t *testing.T) {
 		{name: "port-show-defaults", args: []string{"port", "show", "vm2-net0"}},
 		{name: "port-show-json", args: []string{"port", "show", "vm1-net0", "--output", "json"}, json: func(t *testing.T, out string) {
 			v := checkJSON[portJSON](t, out)
-			if v.SocketMode != "0770" || len(v.Status.Queues) != 4 || v.Status.Queues[3] != (assignmentJSON{Pair: 3, Slot: "c3-s0", CPU: 3}) {
+			if v.SocketMode != "0770" || len(v.Status.Queues) != 4 || v.Status.Queues[3] != (assignmentJSON{Pair: 3, Slot: "c3-s0", CPU: 3}) || !v.PortSecurity {
 				t.Errorf("port: %+v", v)
 			}
 		}},
@@ -166,8 +166,16 @@ func TestCommands(t *testing.T) {
 			"--label", "k8s.pod.namespace=prod", "--label", "k8s.pod.name=virt-launcher-vm3-b2c4d"}},
 		{name: "port-add-json", args: []string{"port", "add", "vm3-net0", "-o", "json", "--socket", "/run/vhostmq/sockets/vm3-net0/vhost.sock"}, json: func(t *testing.T, out string) {
 			v := checkJSON[portJSON](t, out)
-			if v.ID != "vm3-net0" || v.QueuePairs != 1 || v.Role != "client" || v.Polling != "adaptive" || v.MTU != 1500 || v.SocketMode != "0750" {
+			if v.ID != "vm3-net0" || v.QueuePairs != 1 || v.Role != "client" || v.Polling != "adaptive" || v.MTU != 1500 || v.SocketMode != "0750" || !v.PortSecurity {
 				t.Errorf("port: %+v", v)
+			}
+		}},
+		{name: "port-add-no-security", args: []string{"port", "add", "vm3-net0", "--socket", "/run/vhostmq/sockets/vm3-net0/vhost.sock",
+			"--mac", "52:54:00:12:34:03", "--port-security=false"}},
+		{name: "port-add-no-security-json", args: []string{"port", "add", "vm3-net0", "-o", "json", "--socket", "/run/vhostmq/sockets/vm3-net0/vhost.sock",
+			"--port-security=false"}, json: func(t *testing.T, out string) {
+			if v := checkJSON[portJSON](t, out); v.PortSecurity {
+				t.Errorf("port_security true, want false: %+v", v)
 			}
 		}},
 		{name: "port-add-again", args: []string{"port", "add", "vm2-net0", "--socket", "/run/vhostmq/sockets/vm2-net0/vhost.sock",
@@ -248,7 +256,7 @@ func TestCommands(t *testing.T) {
 		}},
 		{name: "stats-counters-json", args: []string{"stats", "vm2-net0", "--interval", "0", "-o", "json"}, json: func(t *testing.T, out string) {
 			v := checkJSON[statsJSON](t, out)
-			if v.IntervalSeconds != 0 || v.Ports[0].Total.Rates != nil || v.Ports[0].Total.Drops.RxDisabled != 4000 || v.Ports[0].Total.Rx.Packets != 20_000_000 {
+			if v.IntervalSeconds != 0 || v.Ports[0].Total.Rates != nil || v.Ports[0].Total.Drops.RxDisabled != 4000 || v.Ports[0].Total.Drops.Spoofed != 12 || v.Ports[0].Total.Rx.Packets != 20_000_000 {
 				t.Errorf("got %+v", v.Ports[0].Total)
 			}
 		}},

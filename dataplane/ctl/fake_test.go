@@ -54,6 +54,7 @@ func newFakeAgent() *fakeAgent {
 			Id: "vm1-net0", SocketPath: "/run/vhostmq/sockets/vm1-net0/vhost.sock", Role: agentv1.Role_ROLE_CLIENT,
 			QueuePairs: 4, Slots: []string{"c2-s0", "c3-s0"}, Mac: "52:54:00:12:34:01", Mtu: 1500,
 			SocketUid: u32(107), SocketGid: u32(107), SocketMode: 0o770, Polling: agentv1.PollingMode_POLLING_ADAPTIVE,
+			Ip: &agentv1.IPConfig{Addresses: []string{"10.1.2.3/24", "fd00::3/64"}},
 			Labels: map[string]string{
 				"k8s.pod.namespace": "prod", "k8s.pod.name": "virt-launcher-vm1-7xk2p",
 				"k8s.pod.uid": "0b8f5f3e-52c1-4c1e-9a57-1f0e6a3c2d11", "interface": "net0",
@@ -225,6 +226,7 @@ func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64)
 		q.BusyNs = 50_000_000_000 + k*2_500_000
 		q.Bursts = 25_000_000 + k*1_000
 		q.Drops.Mtu, q.Drops.Runt = 3, 1
+		q.Drops.Spoofed = 12 + k*4 // its guest sends from an address not its own
 	default: // vm2-net0 pair 1: the guest never enabled it
 		q.Rx, q.Tx = &agentv1.Direction{}, &agentv1.Direction{}
 		q.Drops.RxDisabled = 4_000 + k*20

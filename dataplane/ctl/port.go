@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -29,6 +30,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 		dhcp             bool
 		addresses, dns   []string
 		gateway          string
+		portSecurity     bool
 	)
 	fs.StringVar(&socket, "socket", "", "absolute `PATH` of the port's vhost-user socket (required)")
 	fs.Var(&enumValue{p: &role, allowed: []string{"server", "client"}}, "role", "`ROLE` of the dataplane on the socket: client (it dials QEMU; the default) or server (it listens)")
@@ -48,6 +50,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 	fs.Var(&listValue{p: &addresses}, "address", "the guest's `CIDRS`, comma-separated, e.g. 10.1.2.3/24")
 	fs.StringVar(&gateway, "gateway", "", "the guest's default `ROUTER`")
 	fs.Var(&listValue{p: &dns}, "dns", "DNS `SERVERS`, comma-separated")
+	fs.BoolVar(&portSecurity, "port-security", true, "the guest may send only from --mac and --address; --port-security=false lets it send from any address (a guest that bridges or routes)")
 	return func(ctx context.Context, c *cli, args []string) error {
 		if socket == "" {
 			return usageErrorf("missing --socket PATH (the port's vhost-user socket)")
@@ -75,6 +78,9 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 		}
 		if gidFlag.set {
 			spec.SocketGid = &gid
+		}
+		if fs.Changed("port-security") {
+			spec.PortSecurity = &portSecurity
 		}
 		p, err := call(ctx, c, agentv1.AgentClient.CreatePort, &agentv1.CreatePortRequest{Spec: spec})
 		if err != nil {
@@ -177,7 +183,9 @@ type portJSON struct {
 	Uplink     string            `json:"uplink"`
 	DHCP       bool              `json:"dhcp"`
 	IP         *ipJSON           `json:"ip"` // null: none given
-	Status     portStatusJSON    `json:"status"`
+	// PortSecurity: the guest may send only from mac and ip.addresses.
+	PortSecurity bool           `json:"port_security"`
+	Status       portStatusJSON `json:"status"`
 }
 
 type ipJSON struct {
@@ -291,6 +299,7 @@ func toPortJSON(p *agentv1.Port) portJSON {
 			Faults:       faultsJSON{GuestMemory: st.GetFaults().GetGuestMemory(), DirtyLog: st.GetFaults().GetDirtyLog()},
 		},
 	}
+	j.PortSecurity = s.PortSecurityOn()
 	if m := st.GetMemory(); m != nil {
 		j.Status.Memory = memoryJSON{Regions: m.GetRegions(), ShrinkSealed: m.GetShrinkSealed(), Log: m.GetLog(), LogShrinkSealed: m.GetLogShrinkSealed(),
 			Sealed: m.GetShrinkSealed() == m.GetRegions() && (!m.GetLog() || m.GetLogShrinkSealed())}
@@ -357,6 +366,7 @@ func writePortDetail(w io.Writer, j portJSON) error {
 	} else {
 		t.row("MAC:", j.MAC)
 	}
+	t.row("Port security:", portSecurityLine(j))
 	if j.Status.MTU != j.MTU {
 		t.row("MTU:", fmt.Sprintf("%d (spec %d)", j.Status.MTU, j.MTU))
 	} else {
@@ -404,6 +414,30 @@ func writePortDetail(w io.Writer, j portJSON) error {
 		}
 	}
 	return t.flush()
+}
+
+// portSecurityLine says which source addresses the guest may send from.
+func portSecurityLine(j portJSON) string {
+	if !j.PortSecurity {
+		return "off: the guest may send from any address"
+	}
+	mac := "MAC taken from the guest's first frame"
+	if j.MAC != "" {
+		mac = "MAC " + j.MAC
+	}
+	var ips []string
+	if j.IP != nil {
+		for _, a := range j.IP.Addresses {
+			if p, err := netip.ParsePrefix(a); err == nil {
+				a = p.Addr().String()
+			}
+			ips = append(ips, a)
+		}
+	}
+	if len(ips) == 0 {
+		return "on: " + mac + ", IP fields not checked (no IPAM addresses)"
+	}
+	return "on: " + mac + ", IPs " + strings.Join(ips, ", ")
 }
 
 // memorySealsLine says whether the frontend can take its memory back.

@@ -12,9 +12,10 @@ import (
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
-// dropReasons names the Drops fields, in proto order; counters.drops is
-// indexed the same way.
-var dropReasons = [8]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination", "bad_offload"}
+// dropReasons names the Drops fields, in proto order (rx_hold_expired is
+// left out: those drops are counted in rx_no_buffer too); counters.drops
+// is indexed the same way.
+var dropReasons = [9]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination", "bad_offload", "spoofed"}
 
 // offloadKinds names the Offload fields, in proto order; counters.offload
 // is indexed the same way.
@@ -36,7 +37,7 @@ func queueCounters(q *agentv1.QueueStats) counters {
 		txPkts: q.GetTx().GetPackets(), txBytes: q.GetTx().GetBytes(),
 		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(), bursts: q.GetBursts(),
 		stalls: q.GetStalls(), held: q.GetHeld(),
-		drops:   [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(), d.GetBadOffload()},
+		drops:   [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(), d.GetBadOffload(), d.GetSpoofed()},
 		offload: [...]uint64{o.GetGsoWhole(), o.GetGsoSegmented(), o.GetCsumSoftware()},
 	}
 }
@@ -416,11 +417,12 @@ type dropsJSON[T uint64 | float64] struct {
 	Runt          T `json:"runt"`
 	NoDestination T `json:"no_destination"`
 	BadOffload    T `json:"bad_offload"`
+	Spoofed       T `json:"spoofed"` // sent from an address that is not the port's (port security)
 	Total         T `json:"total"`
 }
 
 func newDropsJSON[T uint64 | float64](d [len(dropReasons)]T, total T) dropsJSON[T] {
-	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], total}
+	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], total}
 }
 
 type offloadJSON[T uint64 | float64] struct {

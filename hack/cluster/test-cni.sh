@@ -244,9 +244,12 @@ chart_check() { # SETS: the chart rendered with them, validated by the API serve
         --set "metrics.enabled=true,metrics.scrapeAnnotations=true${1:+,$1}" >"$work/chart.yaml" || return 1
     k apply --dry-run=server -f "$work/chart.yaml" >"$work/chart-dryrun.log" 2>&1
 }
-# each uplink mode (host network and the capabilities it needs) and DRA
-for sets in "" "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap" \
-    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp" "dra.enabled=true"; do
+# each uplink mode (host network and the capabilities it needs), DRA,
+# and each metrics exposure (the scrape annotations need one beyond
+# localhost, which is where a host-network pod binds by default)
+for sets in "" "uplink.mode=tap,uplink.tap.attach=br0,networkAttachmentDefinition.uplink=tap,metrics.bind=podIP,metrics.auth=kubernetes" \
+    "uplink.mode=af_xdp,uplink.af_xdp.interface=eth1,networkAttachmentDefinition.uplink=af_xdp,metrics.bind=all,metrics.auth=tls,metrics.tls.secretName=metrics-tls,metrics.tls.clientCASecretName=metrics-ca" \
+    "dra.enabled=true,namespace.create=true"; do
     chart_ok=0
     chart_check "$sets" && chart_ok=1
     check "(a) helm template ${sets:+--set $sets }| kubectl apply --dry-run=server: $(grep -c '^kind:' "$work/chart.yaml" 2>/dev/null || echo 0) objects valid" test "$chart_ok" = 1

@@ -13,6 +13,15 @@
 # Each check printed as ok/FAIL with its time:
 #   (a) helm install: the DaemonSet (dataplane, device plugin, DRA driver)
 #       Ready; the DeviceClass; a ResourceSlice of 8 devices; allocatable 8
+#       Least exposure, asked of this API server: the CNI's host token is
+#       a 10-minute token of vhostmq-cni, which may get pods, NADs and VMIs
+#       and not list, watch or write (kubectl auth can-i, and the host
+#       kubeconfig itself); the node pod's account reads no pods and mints
+#       only that token; the webhook has 2 ready replicas and a
+#       PodDisruptionBudget (minAvailable 1), and sees only pods naming a
+#       vhostmq NAD it knows (a server dry run of each); metrics on (the
+#       tap uplink: host network) answer on 127.0.0.1 only, not on the
+#       node's addresses nor from the LAN host behind the tap's bridge
 #   (b) a device-plugin pod dp-c (2 queue pairs) Running: the agent holds its
 #       slots for its allocation, and the slice drops them (6 devices)
 #   (c) pods dra-a and dra-b with ResourceClaimTemplates of 4 and 2 queue
@@ -167,7 +176,7 @@ else
         vmq_die "go build failed"
 fi
 IMAGE_BINS=()
-for b in vhostmq-dataplane vhostmq-deviceplugin vhostmq-dra vhostmqctl vhostmq-cni vhostmq-install-cni multus-lite; do
+for b in vhostmq-dataplane vhostmq-deviceplugin vhostmq-dra vhostmqctl vhostmq-cni vhostmq-install-cni vhostmq-webhook multus-lite; do
     [[ -x $bins/$b ]] || vmq_die "$b was not built"
     vmqc_check_static "$bins/$b"
     [[ $b == multus-lite ]] || IMAGE_BINS+=("$bins/$b")
@@ -210,14 +219,14 @@ delete_ours
 vmqc_ctr images ls -q | grep -x "$VMQC_BUSYBOX_IMAGE" >/dev/null || vmqc_import "$VMQC_IMAGES/busybox.tar"
 
 # ------------------------------------------------------------------ (a)
-step "(a) helm install with devicePlugin.enabled, dra.enabled and the tap uplink"
+step "(a) helm install with devicePlugin.enabled, dra.enabled, the tap uplink, the webhook and metrics"
 lan_up || vmq_die "making the LAN $LAN_BR / $LAN_NS"
 echo "--- the node's network: bridge $LAN_BR in the node's netns with $LAN_NODE_IP/24, host $LAN_HOST_IP (netns $LAN_NS)"
 k apply -f "$HERE/manifests/nad-crd.yaml" >/dev/null
 k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
 if h install "$RELEASE" "$VMQ_REPO_ROOT/charts/vhostmq" --namespace "$NS" --create-namespace --wait --timeout 3m \
     --set dra.enabled=true --set devicePlugin.enabled=true --set "dra.cdiDir=$VMQC_CDI_DIR" \
-    --set webhook.enabled=false --set "dataplane.cpus={0,1}" \
+    --set metrics.enabled=true --set "dataplane.cpus={0,1}" \
     --set uplink.mode=tap --set "uplink.tap.attach=$LAN_BR" --set networkAttachmentDefinition.uplink=tap \
     --set "paths.cniBinDir=$VMQC_RUN/cni/bin" --set "paths.cniConfDir=$VMQC_RUN/cni/net.d" >"$work/helm.log" 2>&1; then
     pass "helm install --wait: $(grep -m1 '^STATUS' "$work/helm.log")"
@@ -249,6 +258,107 @@ k get network-attachment-definitions.k8s.cni.cncf.io -n "$NS" vhu-net -o json |
     k apply -f - >/dev/null
 check "(a) NAD default/vhu-dra (the chart's vhu-net config without resourceName)" \
     test "$(k get network-attachment-definitions.k8s.cni.cncf.io vhu-dra -o json | jq -r '"\(.metadata.annotations["k8s.v1.cni.cncf.io/resourceName"] // "none") \(.spec.config | fromjson | .type) \(.spec.config | fromjson | has("resourceName"))"')" = "none vhostmq-cni false"
+
+# ------------------------------------------------------------------ (a) exposure
+step "(a) least exposure: the CNI's token, the webhook, the metrics"
+CNI_SA=system:serviceaccount:$NS:$RELEASE-cni NODE_SA=system:serviceaccount:$NS:$RELEASE-node
+can() { # can yes|no VERB RESOURCE [ARGS...]: kubectl auth can-i answers that
+    local want=$1
+    shift
+    [[ $(k auth can-i "$@" 2>/dev/null) == "$want" ]]
+}
+for v in get list watch; do
+    want=no
+    [[ $v == get ]] && want=yes
+    check "(a) the CNI's account: $v pods -A: $want" can "$want" "$v" pods -A --as="$CNI_SA"
+    check "(a) the CNI's account: $v network-attachment-definitions -A: $want" \
+        can "$want" "$v" network-attachment-definitions.k8s.cni.cncf.io -A --as="$CNI_SA"
+    check "(a) the CNI's account: $v virtualmachineinstances -A: $want" \
+        can "$want" "$v" virtualmachineinstances.kubevirt.io -A --as="$CNI_SA"
+done
+cni_no_more() {
+    can no create pods -A --as="$CNI_SA" && can no get secrets -A --as="$CNI_SA" &&
+        can no list resourceslices.resource.k8s.io --as="$CNI_SA"
+}
+check "(a) the CNI's account: no create pods, no get secrets, no resourceslices" cni_no_more
+check "(a) the node pod's account: no get pods (its token is not the host's)" can no get pods -A --as="$NODE_SA"
+node_mints_cni_only() {
+    can yes create "serviceaccounts/$RELEASE-cni" --subresource=token -n "$NS" --as="$NODE_SA" &&
+        can no create "serviceaccounts/$RELEASE-node" --subresource=token -n "$NS" --as="$NODE_SA"
+}
+check "(a) the node pod's account: creates tokens of $RELEASE-cni only" node_mints_cni_only
+# the host file itself: whose token, for how long, and what it can do
+host_kc=$VMQC_RUN/cni/net.d/vhostmq.d
+jwt_claims() { # FILE: the JWT's payload
+    local p
+    p=$(cut -d. -f2 <"$1" | tr '_-' '/+')
+    while ((${#p} % 4)); do p+='='; done
+    base64 -d <<<"$p"
+}
+claims=$(jwt_claims "$host_kc/token" 2>/dev/null || echo '{}')
+echo "    the host token: $(jq -c '{sub, lifetime: (.exp - .iat), pod: (."kubernetes.io".pod.name // null)}' <<<"$claims")"
+check "(a) the host token ($host_kc/token) is $RELEASE-cni's, 10 minutes, mode 0600" \
+    test "$(jq -r '"\(.sub) \(.exp - .iat)"' <<<"$claims") $(stat -c %a "$host_kc/token")" = "$CNI_SA 600 600"
+host_k() {
+    vmqc_in_ns env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
+        "$VMQC_BIN/kubectl" --kubeconfig "$host_kc/vhostmq.kubeconfig" --request-timeout 20s "$@"
+}
+node_pod=$(k -n "$NS" get pods -l app.kubernetes.io/component=node -o jsonpath='{.items[0].metadata.name}')
+host_gets_pod() { host_k -n "$NS" get pod "$node_pod" -o name >/dev/null; }
+check "(a) with the host kubeconfig: get pod $NS/$node_pod works" host_gets_pod
+list_refused() {
+    local out
+    out=$(host_k get pods -A -o name 2>&1) && return 1
+    grep -q Forbidden <<<"$out"
+}
+check "(a) with the host kubeconfig: list pods -A is Forbidden" list_refused
+# the webhook: two replicas, a budget, and only pods that can ask for vhostmq
+wh_two() { [[ $(k -n "$NS" get deploy "$RELEASE-webhook" -o jsonpath='{.status.readyReplicas}') == 2 ]]; }
+check "(a) the webhook Deployment has 2 ready replicas" vmqc_poll 60 1 wh_two
+pdb_ok() { [[ $(k -n "$NS" get pdb "$RELEASE-webhook" -o jsonpath='{.spec.minAvailable} {.status.currentHealthy}') == "1 2" ]]; }
+check "(a) PodDisruptionBudget $RELEASE-webhook: minAvailable 1, 2 healthy" vmqc_poll 30 1 pdb_ok
+# a vhostmq NAD the chart does not know by name: its pods bypass the webhook
+k get network-attachment-definitions.k8s.cni.cncf.io -n "$NS" vhu-net -o json |
+    jq '{apiVersion, kind, spec, metadata: {name: "vhu-unlisted", namespace: "default",
+        annotations: {"k8s.v1.cni.cncf.io/resourceName": .metadata.annotations["k8s.v1.cni.cncf.io/resourceName"]}}}' |
+    k apply -f - >/dev/null
+dry_pod() { # NETWORKS: a server dry run of a pod naming them: its JSON, or the refusal
+    k create --dry-run=server -o json -f - 2>"$work/dry-run.err" <<EOF || cat "$work/dry-run.err"
+apiVersion: v1
+kind: Pod
+metadata: {name: wh-probe, namespace: default, annotations: {k8s.v1.cni.cncf.io/networks: '$1'}}
+spec: {containers: [{name: c, image: $VMQC_BUSYBOX_IMAGE}]}
+EOF
+}
+# asked: mutated (the API server reaches the webhook) or refused by
+# failurePolicy Fail (it does not: this node runs no kube-proxy)
+asked=$(dry_pod "$NS/vhu-net")
+went_to_webhook() {
+    jq -e '.metadata.annotations["vhostmq.io/queues"]' <<<"$asked" >/dev/null 2>&1 ||
+        grep -q 'failed calling webhook "pods.vhostmq.io"' <<<"$asked"
+}
+check "(a) a pod naming $NS/vhu-net goes to the webhook" went_to_webhook
+grep -o 'failed calling webhook[^:]*' <<<"$asked" | head -n 1 | sed 's/^/    /' || true
+skipped=$(dry_pod "vhu-unlisted,sriov-net")
+not_asked() { jq -e '.metadata.annotations | has("vhostmq.io/queues") | not' <<<"$skipped" >/dev/null 2>&1; }
+check "(a) a pod naming other NADs (vhu-unlisted: vhostmq's, not listed; sriov-net) is admitted untouched" not_asked
+k delete network-attachment-definitions.k8s.cni.cncf.io vhu-unlisted --ignore-not-found >/dev/null
+# metrics: the pod is in the host network (tap), so bound to localhost
+metrics_addr() { k -n "$NS" get configmap "$RELEASE-dataplane" -o jsonpath='{.data.dataplane\.yaml}' | grep '^metricsAddress:'; }
+check "(a) metrics: the agent config binds 127.0.0.1 ($(metrics_addr))" test "$(metrics_addr)" = 'metricsAddress: "127.0.0.1:9474"'
+local_ok() { vmqc_in_ns curl -sf --max-time 5 http://127.0.0.1:9474/healthz >/dev/null; }
+check "(a) metrics: http://127.0.0.1:9474/healthz answers on the node" vmqc_poll 30 1 local_ok
+refused() { # CMD... (a curl): it cannot connect (exit 7) or times out (28)
+    local rc=0
+    "$@" >/dev/null 2>&1 || rc=$?
+    ((rc == 7 || rc == 28))
+}
+check "(a) metrics: nothing on the node address $VMQC_NODE_IP:9474" \
+    refused vmqc_in_ns curl -s --max-time 5 "http://$VMQC_NODE_IP:9474/metrics"
+check "(a) metrics: nothing on the LAN address $LAN_NODE_IP:9474, from the LAN host" \
+    refused ip netns exec "$LAN_NS" curl -s --max-time 5 "http://$LAN_NODE_IP:9474/metrics"
+no_metrics_svc() { ! k -n "$NS" get service "$RELEASE-metrics" -o name >/dev/null 2>&1; }
+check "(a) metrics: no Service $RELEASE-metrics (nothing can scrape a localhost bind)" no_metrics_svc
 
 # capacity from the agent: "slot owner" lines
 held() { ctl -o json capacity | jq -r '.cpus[].slots[] | select(.reserved_by != null) | "\(.id) \(.reserved_by)"' | sort; }

@@ -68,3 +68,70 @@ relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
 {{- end -}}
+
+{{/*
+vhostmq.metricsBind is metrics.bind with auto resolved: localhost when the
+node pod is in the host network (an uplink: the pod IP is the node's,
+which guests reach over it), else podIP.
+*/}}
+{{- define "vhostmq.metricsBind" -}}
+{{- $b := .Values.metrics.bind | default "auto" -}}
+{{- if eq $b "auto" -}}
+{{- if eq (.Values.uplink.mode | default "none") "none" }}podIP{{ else }}localhost{{ end -}}
+{{- else -}}
+{{ $b }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+vhostmq.checkMetrics refuses metrics values that cannot work together,
+naming the value.
+*/}}
+{{- define "vhostmq.checkMetrics" -}}
+{{- $m := .Values.metrics -}}
+{{- if $m.enabled -}}
+{{- $bind := include "vhostmq.metricsBind" . -}}
+{{- $auth := $m.auth | default "none" -}}
+{{- if and (eq $bind "localhost") (or $m.serviceMonitor.enabled $m.podMonitor.enabled $m.scrapeAnnotations) -}}
+{{- fail (printf "metrics.bind: %q resolves to localhost (uplink.mode %q runs the pod in the host network), which no scraper reaches; set metrics.bind=podIP or all (with metrics.auth kubernetes or tls) for serviceMonitor, podMonitor or scrapeAnnotations" ($m.bind | default "auto") .Values.uplink.mode) -}}
+{{- end -}}
+{{- if and (eq $auth "tls") (not $m.tls.secretName) -}}
+{{- fail "metrics.tls.secretName: required with metrics.auth=tls (a kubernetes.io/tls Secret in the release's namespace)" -}}
+{{- end -}}
+{{- if and $m.tls.secretName (eq $auth "none") -}}
+{{- fail (printf "metrics.tls.secretName: %q needs metrics.auth tls or kubernetes" $m.tls.secretName) -}}
+{{- end -}}
+{{- if and $m.tls.clientCASecretName (ne $auth "tls") -}}
+{{- fail (printf "metrics.tls.clientCASecretName: %q only with metrics.auth=tls (metrics.auth is %q)" $m.tls.clientCASecretName $auth) -}}
+{{- end -}}
+{{- if and $m.readers (ne $auth "kubernetes") -}}
+{{- fail (printf "metrics.readers: only with metrics.auth=kubernetes (metrics.auth is %q)" $auth) -}}
+{{- end -}}
+{{- if and (eq $auth "kubernetes") $m.podMonitor.enabled (not $m.podMonitor.authorization) -}}
+{{- fail "metrics.podMonitor.authorization: required with metrics.auth=kubernetes (a PodMonitor cannot send Prometheus' own token; or use metrics.serviceMonitor)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+vhostmq.webhookMatch is the CEL expression of the pods the webhook sees:
+a networks annotation naming one of the vhostmq NADs (by name, in any
+namespace: a superset), or a container running the binding sidecar.
+*/}}
+{{- define "vhostmq.webhookMatch" -}}
+{{- $names := .Values.webhook.networkNames | default list -}}
+{{- if .Values.networkAttachmentDefinition.create -}}
+{{- $names = append $names .Values.networkAttachmentDefinition.name -}}
+{{- end -}}
+{{- if not $names -}}
+{{- fail "webhook.networkNames: empty, and networkAttachmentDefinition.create is false: name the NADs whose pods the webhook must see (or [\"*\"] for every pod with networks)" -}}
+{{- end -}}
+{{- $has := "has(object.metadata.annotations) && 'k8s.v1.cni.cncf.io/networks' in object.metadata.annotations" -}}
+{{- if has "*" $names -}}
+{{ $has }}
+{{- else -}}
+{{- $quoted := list -}}
+{{- range uniq $names }}{{ $quoted = append $quoted (regexQuoteMeta .) }}{{ end -}}
+{{ $has }} && (object.metadata.annotations['k8s.v1.cni.cncf.io/networks'].matches(r'(^|[\s,/"])({{ join "|" $quoted }})([\s,@"]|$)') || object.spec.containers.exists(c, c.image == '{{ include "vhostmq.sidecarImage" . }}'))
+{{- end -}}
+{{- end -}}

@@ -27,6 +27,9 @@ const (
 	AnnotationQueues       = vmi.AnnotationQueues
 	AnnotationSocketMode   = "vhostmq.io/socket-mode"
 	AnnotationPolling      = "vhostmq.io/polling"
+	// AnnotationPortSecurity is "true" or "false"; KubeVirt copies it from
+	// the VMI to the pod like every VMI annotation, and the CNI reads it.
+	AnnotationPortSecurity = "vhostmq.io/port-security"
 	// ComputeContainer is virt-launcher's container that runs QEMU.
 	ComputeContainer = "compute"
 )
@@ -110,6 +113,9 @@ func validateAnnotations(a map[string]string) error {
 	}
 	if s, ok := a[AnnotationPolling]; ok && s != "interrupt" && s != "adaptive" && s != "busy" {
 		return fmt.Errorf("annotation %s: %q is not interrupt, adaptive or busy", AnnotationPolling, s)
+	}
+	if s, ok := a[AnnotationPortSecurity]; ok && s != "true" && s != "false" {
+		return fmt.Errorf("annotation %s: %q is not true or false", AnnotationPortSecurity, s)
 	}
 	return nil
 }

@@ -168,6 +168,7 @@ func TestDecideRejects(t *testing.T) {
 		{"bad queues annotation", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationQueues: "0"}}}, `annotation vhostmq.io/queues: "0"`},
 		{"bad socket mode", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationSocketMode: "both"}}}, `annotation vhostmq.io/socket-mode: "both"`},
 		{"bad polling", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationPolling: "spin"}}}, `annotation vhostmq.io/polling: "spin"`},
+		{"bad port security", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationPortSecurity: "off"}}}, `annotation vhostmq.io/port-security: "off" is not true or false`},
 		{"bad networks JSON", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationNetworks: `[{"name":`}}}, "annotation k8s.v1.cni.cncf.io/networks"},
 		{"network without name", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationNetworks: `[{"namespace":"x"}]`}}}, "entry 0 has no network name"},
 		{"bad VMI annotation", launcher("bad", "vhu-net"), `VirtualMachineInstance ns1/bad: annotation vhostmq.io/queues: "x"`},

@@ -161,7 +161,14 @@ type PortSpec struct {
 	Uplink string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
 	// reservation names the reservation (Reserve) whose slots the port
 	// takes; with no slots given, it takes all of them.
-	Reservation   string `protobuf:"bytes,18,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation string `protobuf:"bytes,18,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// port_security, unset or true (on): the guest's frames must come from
+	// the port's mac and, when ip.addresses are given, from those IPs, in
+	// their ARP, IPv4, IPv6 and NDP source fields; others are dropped
+	// (drops.spoofed). With no mac, the first source the guest sends is
+	// its own. false (off): the guest may send from any address, for
+	// guests that bridge or route other hosts' frames.
+	PortSecurity  *bool `protobuf:"varint,19,opt,name=port_security,json=portSecurity,proto3,oneof" json:"port_security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +327,13 @@ func (x *PortSpec) GetReservation() string {
 		return x.Reservation
 	}
 	return ""
+}
+
+func (x *PortSpec) GetPortSecurity() bool {
+	if x != nil && x.PortSecurity != nil {
+		return *x.PortSecurity
+	}
+	return false
 }
 
 type IPConfig struct {
@@ -1150,6 +1164,7 @@ type Drops struct {
 	NoDestination uint64                 `protobuf:"varint,7,opt,name=no_destination,json=noDestination,proto3" json:"no_destination,omitempty"`
 	BadOffload    uint64                 `protobuf:"varint,8,opt,name=bad_offload,json=badOffload,proto3" json:"bad_offload,omitempty"`            // offload metadata that does not fit the frame
 	RxHoldExpired uint64                 `protobuf:"varint,9,opt,name=rx_hold_expired,json=rxHoldExpired,proto3" json:"rx_hold_expired,omitempty"` // held at its source for a full RX ring past the bound, then dropped (also counted in rx_no_buffer)
+	Spoofed       uint64                 `protobuf:"varint,10,opt,name=spoofed,proto3" json:"spoofed,omitempty"`                                   // TX: sent from a MAC or IP address that is not the port's (port_security)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1243,6 +1258,13 @@ func (x *Drops) GetBadOffload() uint64 {
 func (x *Drops) GetRxHoldExpired() uint64 {
 	if x != nil {
 		return x.RxHoldExpired
+	}
+	return 0
+}
+
+func (x *Drops) GetSpoofed() uint64 {
+	if x != nil {
+		return x.Spoofed
 	}
 	return 0
 }
@@ -3024,7 +3046,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xa5\x05\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xe1\x05\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -3049,12 +3071,14 @@ const file_agent_proto_rawDesc = "" +
 	"\x02ip\x18\x0f \x01(\v2\x1a.vhostmq.agent.v1.IPConfigR\x02ip\x12\x12\n" +
 	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x12\x16\n" +
 	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x12 \n" +
-	"\vreservation\x18\x12 \x01(\tR\vreservation\x1a9\n" +
+	"\vreservation\x18\x12 \x01(\tR\vreservation\x12(\n" +
+	"\rport_security\x18\x13 \x01(\bH\x02R\fportSecurity\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
 	"\v_socket_uidB\r\n" +
-	"\v_socket_gid\"\xd8\x01\n" +
+	"\v_socket_gidB\x10\n" +
+	"\x0e_port_security\"\xd8\x01\n" +
 	"\bIPConfig\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
 	"\agateway\x18\x02 \x01(\tR\agateway\x12/\n" +
@@ -3107,7 +3131,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\";\n" +
 	"\tDirection\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\x9e\x02\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xb8\x02\n" +
 	"\x05Drops\x12 \n" +
 	"\frx_no_buffer\x18\x01 \x01(\x04R\n" +
 	"rxNoBuffer\x12\x1f\n" +
@@ -3121,7 +3145,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x0eno_destination\x18\a \x01(\x04R\rnoDestination\x12\x1f\n" +
 	"\vbad_offload\x18\b \x01(\x04R\n" +
 	"badOffload\x12&\n" +
-	"\x0frx_hold_expired\x18\t \x01(\x04R\rrxHoldExpired\"p\n" +
+	"\x0frx_hold_expired\x18\t \x01(\x04R\rrxHoldExpired\x12\x18\n" +
+	"\aspoofed\x18\n" +
+	" \x01(\x04R\aspoofed\"p\n" +
 	"\aOffload\x12\x1b\n" +
 	"\tgso_whole\x18\x01 \x01(\x04R\bgsoWhole\x12#\n" +
 	"\rgso_segmented\x18\x02 \x01(\x04R\fgsoSegmented\x12#\n" +
