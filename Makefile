@@ -34,9 +34,10 @@ test-race: ## Go tests of the dataplane under the race detector
 	$(GO) test -count=1 -race ./dataplane/... ./plugin/... ./cni/...
 
 .PHONY: test-e2e
-test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect; queue counts changed under traffic), a guest live-migrated to another QEMU while it receives a file (both roles), live ports handed to a rebuilt dataplane under traffic (both roles), DPDK virtio-user, the alerts in a real Prometheus and vhostmqctl top in tmux, the CNI under cnitool and containerd+crictl, two nodes joined by tap uplinks (DHCP, VLANs), the KubeVirt binding's domain booted by libvirtd, the Dockerfile built by podman
+test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect; queue counts changed under traffic), a guest spoofing another's addresses (port security on, and off for a bridging guest), a guest live-migrated to another QEMU while it receives a file (both roles), live ports handed to a rebuilt dataplane under traffic (both roles), DPDK virtio-user, the alerts in a real Prometheus and vhostmqctl top in tmux, the CNI under cnitool and containerd+crictl, two nodes joined by tap uplinks (DHCP, VLANs), the KubeVirt binding's domain booted by libvirtd, the Dockerfile built by podman
 	hack/install-deps.sh
 	hack/e2e-qemu.sh --role both --reconnect yes
+	hack/e2e-security.sh
 	hack/e2e-queues.sh
 	hack/e2e-migrate.sh --role both
 	hack/e2e-handoff.sh --role both --baseline client
