@@ -82,7 +82,7 @@ func run(path string) error {
 	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
 		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig(),
 		RequireSealedMemory: cfg.RequireSealedMemory, MaxGuestMemory: cfg.MaxGuestMemory(),
-		Handed: take.Uplink()})
+		UplinkMACs: cfg.UplinkMACs(), Handed: take.Uplink()})
 	if err != nil {
 		if take != nil {
 			take.Refuse(nil, err)

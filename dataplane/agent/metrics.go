@@ -152,7 +152,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			reason string
 			v      uint64
 		}{{"rx_no_network", u.RxNoNetwork}, {"rx_runt", u.RxRunt}, {"rx_no_destination", u.RxNoDestination},
-			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}, {"rx_bad_offload", u.RxBadOffload}} {
+			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}, {"rx_bad_offload", u.RxBadOffload},
+			{"mac_table_full", u.MACTableFull}} {
 			counter(descUpDrops, float64(r.v), append(l, r.reason)...)
 		}
 		for _, k := range []struct {

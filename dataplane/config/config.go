@@ -142,6 +142,21 @@ func (c *Config) RebalanceConfig() dataplane.RebalanceConfig {
 type Uplink struct {
 	Tap   *TapUplink   `yaml:"tap,omitempty"`
 	AFXDP *AFXDPUplink `yaml:"af_xdp,omitempty"`
+	// MaxMACs bounds the addresses each network learns behind the uplink
+	// (a LAN's hosts); beyond it, frames to the others flood the
+	// network's guests, counted (mac_table_full) and logged. Default 8192.
+	MaxMACs int `yaml:"maxMACs,omitempty"`
+}
+
+// MaxUplinkMACs is the largest uplink.maxMACs accepted.
+const MaxUplinkMACs = 1 << 20
+
+// UplinkMACs returns uplink.maxMACs (0: the dataplane's default).
+func (c *Config) UplinkMACs() int {
+	if c.Uplink == nil {
+		return 0
+	}
+	return c.Uplink.MaxMACs
 }
 
 // AFXDPUplink is AF_XDP sockets on a NIC (one per NIC queue), with an XDP
@@ -296,6 +311,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateMetrics()...)
 	if c.Uplink != nil && c.Uplink.Tap == nil && c.Uplink.AFXDP == nil {
 		errs = append(errs, errors.New("uplink: names no kind (tap or af_xdp)"))
+	}
+	if c.Uplink != nil && (c.Uplink.MaxMACs < 0 || c.Uplink.MaxMACs > MaxUplinkMACs) {
+		errs = append(errs, fmt.Errorf("uplink.maxMACs: %d is outside 0..%d (0: the default, %d)", c.Uplink.MaxMACs, MaxUplinkMACs, dataplane.DefaultUplinkMACs))
 	}
 	if c.Uplink != nil && c.Uplink.Tap != nil && c.Uplink.AFXDP != nil {
 		errs = append(errs, errors.New("uplink: names two kinds (tap and af_xdp); a node has one uplink"))

@@ -33,7 +33,11 @@
 #       guests (hack/guest, 256 MiB, TCG) report 4 rx + 4 tx queues and ping
 #       each other; after iperf3 -P 32 both ways (result shown, not judged:
 #       TCG guests on a busy machine can stall in TCP backoff) every queue pair
-#       of both ports carried traffic both ways (dataplane counters)
+#       of both ports carried traffic both ways (dataplane counters); port
+#       security on the CNI's ports (vhu-net has no IPAM: MAC only): guest a
+#       pinging b from a MAC that is not its port's gets no reply and its
+#       frames are counted as spoofed at a's port (none at b's), while its
+#       own MAC still reaches b before and after
 #   (e) deleting the pods removes the ports, the sockets, the device-info files
 #       and (device plugin reclaim) the allocation folders: nothing is left in
 #       /var/run/vhostmq but the agent's api.sock, nothing in
@@ -401,7 +405,7 @@ EOF
 
 step "(b) two pods on vhu-net, 4 queue pairs each"
 t_pods=$(vmq_now)
-vm_pod vm-a a 'vhu-net' 'vmq.ip=10.0.0.1/24 vmq.peer=10.0.0.2 vmq.role=client,pinger vmq.pings=10 vmq.streams=32 vmq.time=2' |
+vm_pod vm-a a 'vhu-net' 'vmq.ip=10.0.0.1/24 vmq.peer=10.0.0.2 vmq.role=client,spoof,pinger vmq.pings=10 vmq.streams=32 vmq.time=2 vmq.victim=10.0.0.9 vmq.victimmac=02:00:00:00:00:99' |
     k create -f - >/dev/null
 vm_pod vm-b b "[{\"name\":\"vhu-net\",\"namespace\":\"default\",\"interface\":\"net1\",\"mac\":\"$B_MAC\"}]" \
     'vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.role=server,pinger' | k create -f - >/dev/null
@@ -487,6 +491,18 @@ if vmq_wait_log "$(serial a)" '^VHOSTMQ-RESULT role-done role=client ' "$GUEST_T
     echo "    note: iperf3 -P 32 -t 2 a -> b, b -> a: $IPERF(TCG-bound, not judged)"
 else
     fail "(c) guest a finished pinging b and iperf3 within $GUEST_TIMEOUT s"
+fi
+# port security (the CNI's ports carry the pod's MAC; vhu-net has no IPAM,
+# so only MACs are checked): guest a's pings to b from another MAC
+if vmq_wait_log "$(serial a)" '^VHOSTMQ-RESULT role-done role=spoof ' "$GUEST_TIMEOUT"; then
+    spoof_step() { tr -d '\r' <"$(serial a)" | awk -v s="$1" '$2 == "spoof" && $3 == "step=" s { sub(/.*replies=/, ""); print $1 }'; }
+    spoofed_of() { ctl -o json stats --interval 0 | jq -r --arg pod "default/vm-$1" '[.ports[] | select(.pod == $pod) | .queues[].drops.spoofed] | add // 0'; }
+    echo "    guest a's pings to b answered: own MAC $(spoof_step own)/3, from 02:00:00:00:00:99 $(spoof_step victim-mac)/3, own MAC again $(spoof_step after)/3; spoofed drops at a $(spoofed_of a), at b $(spoofed_of b)"
+    check "(c) port security: guest a's pings from a MAC not its port's got no reply, its own before and after did" \
+        test "$(spoof_step own) $(spoof_step victim-mac) $(spoof_step after)" = "3 0 3"
+    check "(c) port security: a's port counted spoofed frames, b's none" test "$(spoofed_of a | awk '{ print ($1 > 0) }') $(spoofed_of b)" = "1 0"
+else
+    fail "(c) guest a finished its port security steps within $GUEST_TIMEOUT s"
 fi
 # then both guests ping each other every 0.5 s (role pinger; guest b has been
 # since its boot): the RTTs of the next 10 replies each, with no iperf3 load
