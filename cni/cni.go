@@ -269,6 +269,9 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 	}
 	security := *conf.PortSecurity
 	if ps.security != nil {
+		if security && !*ps.security && !conf.PortSecurityOptOut {
+			return nil, types.NewError(ErrBadAnnotation, fmt.Sprintf("pod annotation %s: \"false\" is not allowed on network %q: its NAD does not set portSecurityOptOut: true (whoever writes the NAD decides whether its pods may send from any address)", AnnotationPortSecurity, conf.Name), "")
+		}
 		security = *ps.security
 	}
 	s := &agentv1.PortSpec{

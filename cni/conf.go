@@ -95,6 +95,11 @@ type NetConf struct {
 	// and IPAM addresses, so it cannot take another VM's traffic; false
 	// for guests that bridge or route other hosts' frames.
 	PortSecurity *bool `json:"portSecurity,omitempty"`
+	// PortSecurityOptOut lets a pod turn port security off for itself
+	// (vhostmq.io/port-security: "false"). Off by default: whoever writes
+	// the NAD decides whether its tenants' pods may send from any
+	// address, not each pod's author.
+	PortSecurityOptOut bool `json:"portSecurityOptOut,omitempty"`
 
 	// DeviceID and PCIBusID are injected by Multus.
 	DeviceID string `json:"deviceID,omitempty"`
@@ -131,7 +136,7 @@ var knownFields = map[string]bool{
 	"deviceID": true, "pciBusID": true,
 	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
 	"socketMode": true, "polling": true, "kubeconfig": true, "podResourcesSocket": true, "resourceName": true,
-	"dhcp": true, "vlan": true, "uplink": true, "portSecurity": true,
+	"dhcp": true, "vlan": true, "uplink": true, "portSecurity": true, "portSecurityOptOut": true,
 }
 
 // loadConf parses and validates a configuration; every error is a
@@ -157,6 +162,7 @@ func loadConf(data []byte) (*NetConf, error) {
 	}{
 		{"dhcp", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"portSecurity", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
+		{"portSecurityOptOut", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"vlan", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
 		{"uplink", "a string", func(r json.RawMessage) bool { var v string; return json.Unmarshal(r, &v) == nil }},
 	} {

@@ -105,16 +105,26 @@ func TestAnnotationsTuneThePort(t *testing.T) {
 	}
 }
 
-// vhostmq.io/port-security overrides the network's portSecurity, both ways.
+// vhostmq.io/port-security overrides the network's portSecurity, both ways;
+// turning it off needs the NAD's portSecurityOptOut.
 func TestPortSecurityAnnotation(t *testing.T) {
 	e := newEnv(t)
 	e.allocate("c0-s0")
 	e.allocate("c0-s1")
+	e.allocate("c0-s2")
+	kc, _ := apiServer(t, launcherPod(map[string]string{AnnotationPortSecurity: "false"}))
+	err := CmdAdd(cmdArgs(cid, "net3", e.conf(fmt.Sprintf(`,"deviceID":"c0-s2","kubeconfig":%q`, kc))))
+	if te := cniErr(t, err); te.Code != ErrBadAnnotation || !strings.Contains(te.Msg, "portSecurityOptOut: true") {
+		t.Errorf("opt-out on a NAD that does not allow it: %v", err)
+	}
+	if ps := e.ports(); len(ps) != 0 {
+		t.Errorf("the refused ADD left %d ports", len(ps))
+	}
 	for _, tc := range []struct {
 		device, ifname, netconf, annotation string
 		want                                bool
 	}{
-		{"c0-s0", "net1", "", "false", false},
+		{"c0-s0", "net1", `,"portSecurityOptOut":true`, "false", false},
 		{"c0-s1", "net2", `,"portSecurity":false`, "true", true},
 	} {
 		kc, _ := apiServer(t, launcherPod(map[string]string{AnnotationPortSecurity: tc.annotation}))
