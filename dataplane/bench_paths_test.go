@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,6 +102,13 @@ type pathRig struct {
 	w      *worker
 	tx, rx *frontend.Frontend
 	frames [][]byte
+	// VHOSTMQ_BENCH_MAC_FLOOD=N: before each burst (outside the pass) the
+	// network's table learns N new addresses behind a stand-in, as an
+	// uplink does during a source-address flood on the LAN
+	flood   int
+	flooder *port
+	macs    *vswitch.Table[*port]
+	next    uint32
 }
 
 // newPathRig: port "a" alone (frames to an unknown unicast address: no
@@ -131,6 +139,10 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 		opt.Security.Off = true
 	}
 	r.tx = dial(tb, addPortMAC(tb, d, "a", macA, opt), cfg)
+	if n, err := strconv.Atoi(os.Getenv("VHOSTMQ_BENCH_MAC_FLOOD")); err == nil && n > 0 {
+		r.flood, r.flooder, r.macs = n, &port{}, d.nets[""].macs
+		r.macs.SetLimit(r.flooder, 1<<30)
+	}
 	dst := [6]byte{0x02, 0, 0, 0, 0, 0x99} // nobody
 	if rxCfg != nil {
 		c := *rxCfg
@@ -172,6 +184,10 @@ func (r *pathRig) learn(tb testing.TB, from, to *frontend.Frontend, mac [6]byte)
 func (r *pathRig) burst(tb testing.TB, b *testing.B) (wall, cpu int64) {
 	if n, err := r.tx.SendBurst(0, r.frames); err != nil || n != len(r.frames) {
 		tb.Fatalf("queued %d of %d frames: %v", n, len(r.frames), err)
+	}
+	for range r.flood {
+		r.next++
+		r.macs.Learn(vswitch.MAC{0x02, 0xf1, byte(r.next >> 24), byte(r.next >> 16), byte(r.next >> 8), byte(r.next)}, r.flooder, 1)
 	}
 	if b != nil {
 		b.StartTimer()

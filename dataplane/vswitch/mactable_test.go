@@ -367,3 +367,26 @@ func TestLearnCostFlat(t *testing.T) {
 		t.Errorf("learning at 60000 addresses allocates %.0f bytes per address, at 1000 %.0f: the cost grows with the table", large, small)
 	}
 }
+
+// BenchmarkLearnNew: learning one new address into a table that already
+// holds size addresses (a source-address flood on an uplink).
+func BenchmarkLearnNew(b *testing.B) {
+	for _, size := range []int{1000, 8000, 60000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			mac := func(i int) MAC { return MAC{0x52, 0x54, byte(i >> 24), byte(i >> 16), byte(i >> 8), byte(i)} }
+			tbl := NewTable[int](0)
+			for i := range size {
+				tbl.Learn(mac(i), i/200, 1) // 200 per port: under any per-port limit
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				tbl.Learn(mac(size+i), (size+i)/200, 1)
+				if i%size == size-1 { // keep the table at its size
+					b.StopTimer()
+					tbl.Forget(-1)
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
