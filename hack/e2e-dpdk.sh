@@ -88,6 +88,9 @@ for n in $QLIST; do
     mkdir -p "$dir"
     vmq_log "===== $n queue pair(s), role $ROLE ====="
     vmq_ports_reset
+    # flowgen sends from 00:01:02:03:04:00, not its port's MAC: a
+    # generator is a guest that sends others' addresses (port security off)
+    VMQ_PORT_SECURITY=false
     vmq_port_add a "$dir/a.sock" "$n" "$MAC_A"
     vmq_port_add b "$dir/b.sock" "$n" "$MAC_B"
     stats=$dir/stats.json

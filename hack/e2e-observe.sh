@@ -54,7 +54,9 @@ if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-observe.XXXXXX); else 
 vmq_init
 T0=$(vmq_now)
 SECS=300
-MAC_A=02:76:6d:71:00:0a
+# flowgen's fixed source (DPDK 22.11, app/test-pmd/flowgen.c): the port's
+# MAC, so that port security lets its frames on to the switch
+MAC_A=00:01:02:03:04:00
 # two free loopback ports: the dataplane's metrics, Prometheus' API
 read -r MPORT PPORT < <(python3 -c 'import socket
 s = [socket.socket() for _ in range(2)]

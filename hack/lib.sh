@@ -282,6 +282,8 @@ vmq_port_add() {
 vmq_default_cpus() { if (($(nproc) >= 2)); then echo 1; else echo 0; fi; }
 
 # vmq_write_config FILE STATSFILE: dataplane YAML from the port table
+# (VMQ_PORT_SECURITY=false: every port's portSecurity off, for frontends
+# that send from addresses not their port's, like DPDK's flowgen)
 vmq_write_config() {
     local f=$1 stats=$2 i dir
     dir=$(dirname "$f")
@@ -301,6 +303,7 @@ vmq_write_config() {
             echo "    queuePairs: ${VMQ_PORT_QUEUES[i]}"
             echo "    mtu: 1500"
             echo "    mac: \"${VMQ_PORT_MACS[i]}\""
+            [[ -z ${VMQ_PORT_SECURITY:-} ]] || echo "    portSecurity: $VMQ_PORT_SECURITY"
         done
     } >"$f"
 }

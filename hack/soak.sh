@@ -113,7 +113,8 @@ cycle() { # N: one DPDK cycle; its table row into ROW
     local sa=$WORK/d$n-a.sock sb=$WORK/d$n-b.sock
     for s in a b; do
         local sock=$WORK/d$n-$s.sock
-        ctl port add "d$n-$s" --socket "$sock" --role server --queues 2 --network dpdk --polling adaptive \
+        # flowgen sends from 00:01:02:03:04:00, not the port's MAC: port security off
+        ctl port add "d$n-$s" --socket "$sock" --role server --queues 2 --network dpdk --polling adaptive --port-security=false \
             --mac "$(printf '02:76:6d:71:%02x:%s' $((n % 256)) "$([[ $s == a ]] && echo 0a || echo 0b)")" >/dev/null ||
             { vmq_fail "cycle $n: vhostmqctl port add d$n-$s failed"; ok=0; }
     done

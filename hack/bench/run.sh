@@ -275,7 +275,10 @@ run_one() {
             --forward-mode="$be_mode" --txpkts="$size" --txonly-multi-flow --total-num-mbufs=32768
             --stats-period=3600)
     else
-        local names=(a b) macs=("$MAC_A" "$MAC_B") i
+        local names=(a b) macs=("$MAC_A" "$MAC_B") i sec=true
+        # the p2p frontend forwards (io) what each port received out of the
+        # other, with its sender's MAC: a forwarder, port security off
+        [[ $fe_mode == io ]] && sec=false
         {
             echo "# hack/bench/run.sh $id"
             echo "cpus: [$BE_CPU]"
@@ -286,7 +289,7 @@ run_one() {
             echo "ports:"
             for ((i = 0; i < nports; i++)); do
                 echo "  - {name: ${names[i]}, socket: ${socks[i]}, role: $([[ $ROLE == server ]] && echo server || echo client)," \
-                    "queuePairs: $q, mtu: 1500, mac: \"${macs[i]}\", polling: $POLLING}"
+                    "queuePairs: $q, mtu: 1500, mac: \"${macs[i]}\", polling: $POLLING, portSecurity: $sec}"
             done
         } >"$rdir/vhostmq.yaml"
         be_cmd=("$VMQ_DATAPLANE" --config "$rdir/vhostmq.yaml")
