@@ -64,6 +64,11 @@
 #                     (rte_vhost_dequeue_burst, inclusive) of the
 #                     p2p-SIZE-mrg run (same frames, one TX descriptor; run
 #                     too if not asked for).  logs/dpdk-PATH-raw: as measured
+#   p2p-SIZE-macflood vhostmq only: p2p-SIZE-mrg while the network's MAC
+#                     table learns 32 new addresses before every burst
+#                     (VHOSTMQ_BENCH_MAC_FLOOD, outside the pass: a
+#                     source-address flood on the uplink); against
+#                     p2p-SIZE-mrg it is what such a flood costs the busy path
 #   p2p-SIZE-log      vhostmq only: p2p-SIZE-mrg while b's frontend migrates
 #                     (LOG_ALL on, a dirty log, the used ring logged): the
 #                     cost of dirty-page logging, against p2p-SIZE-mrg
@@ -77,7 +82,7 @@
 #   --paths LIST      comma/space separated paths (above)
 #   --n N, --n0 N0    benchtime of the two vhostmq runs (multiples of 32)
 #   --smoke           what CI runs: g2h-64 p2p-64-mrg p2p-1500-mrg
-#                     p2p-1500-span512, N=6400 N0=3200, no DPDK (unless
+#                     p2p-1500-span512 p2p-64-macflood, N=6400 N0=3200, no DPDK (unless
 #                     --dpdk); the same counts as the long run (+-0.1)
 #   --no-dpdk/--dpdk  skip / run the DPDK side (default: run it, except
 #                     with --smoke)
@@ -136,7 +141,7 @@ while (($#)); do
 done
 if ((SMOKE)); then
     N=6400 N0=3200
-    [[ -n ${PATHS// /} ]] || PATHS="g2h-64 p2p-64-mrg p2p-1500-mrg p2p-1500-span512"
+    [[ -n ${PATHS// /} ]] || PATHS="g2h-64 p2p-64-mrg p2p-1500-mrg p2p-1500-span512 p2p-64-macflood"
     [[ -n $DPDK ]] || DPDK=0
 fi
 [[ -n $DPDK ]] || DPDK=1
@@ -155,8 +160,8 @@ posint --seed-bursts "$SEED"
 [[ $MEM =~ ^(nohuge|huge)$ ]] || vmq_die "--dpdk-mem must be nohuge or huge"
 PATH_LIST=()
 for p in ${PATHS//,/ }; do
-    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512|log))$ ]] ||
-        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512,log} (SIZE 64 or 1500)"
+    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512|log|macflood))$ ]] ||
+        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512,log,macflood} (SIZE 64 or 1500)"
     [[ " ${PATH_LIST[*]} " == *" $p "* ]] || PATH_LIST+=("$p")
 done
 ((${#PATH_LIST[@]} > 0)) || vmq_die "--paths is empty"
@@ -422,6 +427,7 @@ bench_regex() { # bench_regex PATH: the anchored -test.bench regex of a path
     case $p in
         g2h-*) echo "^BenchmarkPathTxDrop\$/^${size}B\$" ;;
         *-span512) echo "^BenchmarkPathForward\$/^mrg-span512\$/^${size}B\$" ;;
+        *-macflood) echo "^BenchmarkPathForward\$/^mrg\$/^${size}B\$" ;;
         *) echo "^BenchmarkPathForward\$/^${p##*-}\$/^${size}B\$" ;;
     esac
 }
@@ -477,7 +483,9 @@ vhostmq_measure() {
     for n in "$N0" "$N"; do
         out=$LOGS/vhostmq-$p-$n
         t0=$(vmq_now)
-        if ! (cd "$VMQ_REPO_ROOT/dataplane" && GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off timeout 900 \
+        local flood=0
+        [[ $p == *-macflood ]] && flood=32
+        if ! (cd "$VMQ_REPO_ROOT/dataplane" && VHOSTMQ_BENCH_MAC_FLOOD=$flood GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off timeout 900 \
             valgrind --tool=callgrind --fair-sched=yes --callgrind-out-file="$out.callgrind" \
             --toggle-collect='github.com/vhostmq/vhostmq/dataplane.(*worker).pass' \
             "$WORK/dataplane.test" -test.run '^$' -test.bench "$re" -test.benchtime "${n}x") >"$out.log" 2>&1; then
@@ -698,7 +706,7 @@ T_V=$(vmq_elapsed "$T_V")
 T_D=0
 if ((DPDK)); then
     T_D=$(vmq_now)
-    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 || $p == *-log ]] || dpdk_one "$p"; done
+    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 || $p == *-log || $p == *-macflood ]] || dpdk_one "$p"; done
     for p in "${PATH_LIST[@]}"; do
         if [[ $p == p2p-64-span512 ]]; then
             dpdk_one "$p" # 64 B frames: one segment, one TX descriptor
@@ -714,7 +722,7 @@ printf 'path\tvhostmq\tdpdk\tratio\n' >"$TSV"
 TABLE="path vhostmq bench-calls dpdk vhostmq/dpdk"
 for p in "${PATH_LIST[@]}"; do
     v=${VHOSTMQ[$p]:-fail} d=n/a r=n/a
-    ((DPDK)) && [[ $p != *-log ]] && d=${DPDKR[$p]:-fail}
+    ((DPDK)) && [[ $p != *-log && $p != *-macflood ]] && d=${DPDKR[$p]:-fail}
     if [[ $v =~ ^[0-9.]+$ && $d =~ ^[0-9.]+$ ]]; then r=$(awk -v a="$v" -v b="$d" 'BEGIN { printf "%.2f", a / b }'); fi
     printf '%s\t%s\t%s\t%s\n' "$p" "$v" "$d" "$r" >>"$TSV"
     TABLE+=$'\n'"$p $v ${VHOSTMQ_TOT[$p]:-fail} $d $r"
@@ -766,6 +774,21 @@ if [[ -n $BUDGET ]]; then
             echo "budget: ok $bp: $v instructions/frame, budget $bi ($(awk -v v="$v" -v b="$bi" 'BEGIN { printf "%+.1f", 100 * (v - b) / b }') %)"
         fi
     done <"$BUDGET"
+    # a source-address flood on the uplink must not cost the busy path:
+    # each macflood path within 1 % of its path without the flood
+    for p in "${PATH_LIST[@]}"; do
+        [[ $p == *-macflood ]] || continue
+        base=${p%-macflood}-mrg v=${VHOSTMQ[$p]:-} vb=${VHOSTMQ[${p%-macflood}-mrg]:-}
+        if [[ ! $v =~ ^[0-9.]+$ || ! $vb =~ ^[0-9.]+$ ]]; then
+            echo "budget: FAIL $p: needs $base measured beside it"
+            bad=$((bad + 1))
+        elif awk -v v="$v" -v b="$vb" 'BEGIN { exit !(v > b * 1.01) }'; then
+            echo "budget: FAIL $p: $v instructions/frame with 32 new addresses learned per burst, $vb without (more than 1 % more)"
+            bad=$((bad + 1))
+        else
+            echo "budget: ok $p: $v instructions/frame with 32 new addresses learned per burst, $vb without"
+        fi
+    done
     if ((bad)); then
         echo "budget: $bad path(s) failed ($BUDGET)"
         exit 1
