@@ -219,6 +219,9 @@ func (w *worker) serveTX(a *assignment) bool {
 		k, broken := q.GatherTX(b.hdrLen, s.frames[:left])
 		if k > 0 {
 			w.classify(b, k)
+			if w.classified != nil {
+				w.classified()
+			}
 			out = w.switchGathered(b, k)
 			left -= k
 		}

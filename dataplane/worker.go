@@ -81,6 +81,10 @@ type worker struct {
 	mu   sync.Mutex // serialises changes to list
 	list atomic.Pointer[assignments]
 
+	// classified, set by tests only, runs between classify and the
+	// switching of a gather: a guest rewriting its frames there
+	classified func()
+
 	stopping atomic.Bool
 	sleeping atomic.Bool // in epoll_wait: idle, not stuck
 	done     chan struct{}
