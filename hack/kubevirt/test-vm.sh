@@ -37,7 +37,10 @@
 #   exactly the pod's 4 allocated slots (VHOSTMQ_QUEUE_SLOTS of the compute
 #   container), connected, 4 pairs enabled; the domain's vhost-user
 #   interface has queues=4 (virsh in the compute container); vm2 likewise
-#   with 2; vm2 pings vm1 and iperf3 runs both ways; every one of vm1's 4
+#   with 2; vm2 pings vm1 and iperf3 runs both ways; port security: vm2's
+#   pings to vm1 from a MAC not its VMI's get no reply and are counted as
+#   spoofed at its port (none at vm1's), its own before and after are
+#   answered; every one of vm1's 4
 #   queue pairs carried traffic both ways (vhostmqctl -o json queues);
 #   deleting the VMs leaves no port, socket, allocation directory
 #   (qp-*, after the device plugin's reclaim) or device-info file;
@@ -495,7 +498,7 @@ domain_queues() {
 
 boot_vms() {
     boot_vm vm1 4 1Gi 4 "vmq.ip=10.0.0.1/24 vmq.queues=4 vmq.role=server vmq.carrierwatch=1" || true
-    boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5 vmq.carrierwatch=1" || true
+    boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,spoof,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5 vmq.carrierwatch=1 vmq.victim=10.0.0.9 vmq.victimmac=02:00:00:00:00:99" || true
 }
 # guest_stalled VM: the guest's kernel reports a CPU that stopped taking
 # its timer (an RCU stall, "timer wakeup didn't happen"). Seen with the
@@ -553,6 +556,22 @@ if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT reach ' 150; then
     done
 else
     fail "vm2 reports whether vm1 is reachable"
+fi
+# port security on the VMs' ports (the VMI's MAC; no IPAM here, so MACs
+# only): vm2's pings to vm1 from a MAC not its own get no reply and are
+# counted at vm2's port, its own before and after are answered
+if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT role-done role=spoof ' 120; then
+    spoof_step() { tr -d '\r' <"$OUT/console-vm2.log" | awk -v s="$1" '$2 == "spoof" && $3 == "step=" s { sub(/.*replies=/, ""); print $1 }'; }
+    spoofed_of() { # VM: its port's spoofed drops
+        ctl -o json stats --interval 0 | jq -r --arg id "$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")" \
+            '[.ports[] | select(.id == $id) | .queues[].drops.spoofed] | add // 0'
+    }
+    echo "    vm2's pings to vm1 answered: own MAC $(spoof_step own)/3, from 02:00:00:00:00:99 $(spoof_step victim-mac)/3, own MAC again $(spoof_step after)/3; spoofed drops at vm2 $(spoofed_of vm2), at vm1 $(spoofed_of vm1)"
+    check "port security: vm2's pings from a MAC not its VMI's got no reply, its own before and after did" \
+        awk -v o="$(spoof_step own)" -v v="$(spoof_step victim-mac)" -v a="$(spoof_step after)" 'BEGIN { exit !(o > 0 && v == "0" && a > 0) }'
+    check "port security: vm2's port counted spoofed frames, vm1's none" test "$(spoofed_of vm2 | awk '{ print ($1 > 0) }') $(spoofed_of vm1)" = "1 0"
+else
+    fail "vm2 finished its port security steps"
 fi
 ctl -o json queues >"$OUT/queues.json" 2>/dev/null || true
 ctl -o json stats --interval 0 >"$OUT/stats-after-traffic.json" 2>/dev/null || true # kicks and calls per ring, for a stall
