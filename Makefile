@@ -68,13 +68,14 @@ soak: build ## QEMU guests changing their queue counts under iperf3, DPDK fronte
 	hack/soak.sh --duration $(or $(SOAK_SECONDS),1800)
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup)
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup), and what idle ports cost a busy pair and the node (hack/bench/density)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
 	hack/bench/flows.sh $(if $(findstring --smoke,$(BENCH_ARGS)),--smoke) $(FLOWS_ARGS)
 	hack/bench/instructions.sh
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 	$(GO) run ./hack/bench/wakeup
+	$(GO) run ./hack/bench/density
 
 .PHONY: bench-instructions
 bench-instructions: ## Callgrind instructions per frame: vhostmq's per-frame path (worker.pass) vs DPDK's vhost backend (testpmd's forwarding lcore) on the same frames, and their ratio (hack/bench/instructions.sh; INSTR_ARGS, e.g. --smoke, --no-dpdk, --paths, --budget FILE)
