@@ -114,9 +114,12 @@ type Dataplane struct {
 
 	// own are the node's own addresses on the uplink (its device, bridge
 	// and the bridge's ports), as Keys: never learned behind a guest nor
-	// steered to us by the af_xdp map. Fixed before any port exists.
-	own        map[uint64]struct{}
-	uplinkMACs int
+	// steered to us by the af_xdp map. Read when the uplink opens, before
+	// any port exists, and again at every aging tick (a bridge takes a
+	// new address when its ports change); ownDev and ownBridge say where.
+	own               atomic.Pointer[map[uint64]struct{}]
+	ownDev, ownBridge string
+	uplinkMACs        int
 
 	mu     sync.Mutex
 	byName map[string]*port
@@ -453,6 +456,12 @@ func (d *Dataplane) routineAging() {
 		case <-d.stopAging:
 			return
 		case now := <-t.C:
+			if d.ownDev != "" {
+				// kept as it was while the device cannot be read
+				if own := ownAddresses(d.ownDev, d.ownBridge); len(own) > 0 {
+					d.own.Store(&own)
+				}
+			}
 			for _, n := range d.networks() {
 				if c := n.macs.Age(now.UnixNano(), int64(d.macAge)); c > 0 {
 					d.log.Debug("aged out MAC addresses", "network", n.name, "count", c)

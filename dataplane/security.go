@@ -288,10 +288,11 @@ func (w *worker) claimMAC(b *txBurst, smac uint64) bool {
 
 // reserved reports whether k is one of the node's own addresses.
 func (d *Dataplane) reserved(k uint64) bool {
-	if len(d.own) == 0 {
+	own := d.own.Load()
+	if own == nil {
 		return false
 	}
-	_, ok := d.own[k]
+	_, ok := (*own)[k]
 	return ok
 }
 

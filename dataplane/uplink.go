@@ -21,11 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
@@ -242,9 +241,11 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 		for i := range queues {
 			queues[i] = &tapQueue{fd: dev.Queue(i)}
 		}
-		d.own = ownAddresses(tc.Name, tc.Attach)
+		d.ownDev, d.ownBridge = tc.Name, tc.Attach
+		own := ownAddresses(d.ownDev, d.ownBridge)
+		d.own.Store(&own)
 		d.log.Info("tap uplink up", "tap", tc.Name, "attach", tc.Attach, "queues", dev.Queues(), "mtu", dev.Config().MTU,
-			"adopted", adopted, "nodeAddresses", len(d.own))
+			"adopted", adopted, "nodeAddresses", len(own))
 	default:
 		dev, err := afxdp.Open(*xc, len(d.workers))
 		if err != nil {
@@ -255,9 +256,11 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 		for i := range queues {
 			queues[i] = dev.Queue(i)
 		}
-		d.own = ownAddresses(xc.Interface, "")
+		d.ownDev = xc.Interface
+		own := ownAddresses(d.ownDev, "")
+		d.own.Store(&own)
 		d.log.Info("af_xdp uplink up", "interface", xc.Interface, "nicQueues", dev.Queues(), "mode", dev.Mode().String(), "mtu", u.mtu,
-			"nodeAddresses", len(d.own))
+			"nodeAddresses", len(own))
 	}
 	u.byVLAN.Store(&map[int]*network{})
 	for i, w := range d.workers {
@@ -967,22 +970,31 @@ func (w *worker) uplinkTableFull(nw *network, smac vswitch.MAC, now int64) {
 
 // ownAddresses returns the node's own addresses on the uplink: the
 // device's, and for a tap attached to a bridge the bridge's and its
-// ports' (the node's NIC among them), as MAC table Keys.
+// ports' (the node's NIC among them), as MAC table Keys. Read through
+// netlink in the caller's network namespace (sysfs shows the one it was
+// mounted in).
 func ownAddresses(dev, bridge string) map[uint64]struct{} {
 	own := map[uint64]struct{}{}
-	add := func(name string) {
-		ifc, err := net.InterfaceByName(name)
-		if err != nil || len(ifc.HardwareAddr) != 6 {
-			return
+	add := func(hw net.HardwareAddr) {
+		if len(hw) == 6 {
+			own[vswitch.KeyOf(vswitch.MAC(hw))] = struct{}{}
 		}
-		own[vswitch.KeyOf(vswitch.MAC(ifc.HardwareAddr))] = struct{}{}
 	}
-	add(dev)
-	if bridge != "" {
-		add(bridge)
-		ports, _ := os.ReadDir(filepath.Join("/sys/class/net", bridge, "brif"))
-		for _, p := range ports {
-			add(p.Name())
+	if l, err := netlink.LinkByName(dev); err == nil {
+		add(l.Attrs().HardwareAddr)
+	}
+	if bridge == "" {
+		return own
+	}
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return own
+	}
+	add(br.Attrs().HardwareAddr)
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			add(l.Attrs().HardwareAddr)
 		}
 	}
 	return own

@@ -88,7 +88,7 @@ func TestUplinkTableBounds(t *testing.T) {
 	}
 	for _, m := range own {
 		if p, ok := red.macs.Lookup(m); ok && p.up == nil {
-			t.Errorf("the node's own address %v was learned behind guest port %s", net.HardwareAddr(m[:]), p.dev.Name())
+			t.Errorf("the node's own address %v was learned behind guest port %s (the dataplane's own set: %x)", net.HardwareAddr(m[:]), p.dev.Name(), *d.own.Load())
 		}
 	}
 	hw := net.HardwareAddr(own[0][:])
