@@ -38,6 +38,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/hack/bench/inproc"
 )
 
 func main() {
@@ -69,7 +70,7 @@ func main() {
 		}
 	}
 	fmt.Printf("# %s, %d CPUs, worker on CPU %d, generator on CPU %d, Go frontend guests, %s windows; %s\n",
-		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, *genCPU, *window, pressure())
+		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, *genCPU, *window, inproc.Pressure())
 	fmt.Println("mode\tidle_ports\tbusy_fps\tratio\tcpu_ns_per_frame\tbusy_ns_per_frame\tworker_sleeps_per_s\trss_mib\tfds\tgoroutines\tidle_cpu_pct")
 	for _, m := range modes {
 		base := 0.0
@@ -85,22 +86,12 @@ func main() {
 				res.sleepsPerS, res.rssMiB, res.fds, res.goroutines, res.idleCPU)
 		}
 	}
-	fmt.Printf("# after: %s\n", pressure())
+	fmt.Printf("# after: %s\n", inproc.Pressure())
 }
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "density:", err)
 	os.Exit(1)
-}
-
-// pressure is the kernel's CPU pressure (some avg10), for judging the noise.
-func pressure() string {
-	b, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return "cpu pressure unknown"
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return "cpu pressure: " + line
 }
 
 type result struct {
@@ -113,14 +104,6 @@ var (
 	macB  = [6]byte{0x52, 0x54, 0, 0, 0, 0x0b}
 	bcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 )
-
-func frame(dst, src [6]byte) []byte {
-	f := make([]byte, 64)
-	copy(f, dst[:])
-	copy(f[6:], src[:])
-	f[12], f[13] = 0x88, 0xb5 // local experimental ethertype
-	return f
-}
 
 func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU int) (result, error) {
 	var res result
@@ -173,7 +156,7 @@ func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU 
 		}
 	}
 	// b speaks, so a's frames to it are switched, not flooded to the idle ports
-	if err := b.Send(0, frame(bcast, macB)); err != nil {
+	if err := b.Send(0, inproc.Frame(bcast, macB)); err != nil {
 		return res, fmt.Errorf("b's greeting: %w", err)
 	}
 	if _, err := a.Recv(0, 5*time.Second); err != nil {
@@ -182,9 +165,9 @@ func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU 
 	b.ReclaimTx(0)
 	time.Sleep(500 * time.Millisecond) // setup done, an adaptive worker asleep
 	res.rssMiB, res.fds, res.goroutines = rssMiB(), fds(), runtime.NumGoroutine()
-	c0, t0 := cpuTime(), time.Now()
+	c0, t0 := inproc.CPUTime(), time.Now()
 	time.Sleep(window)
-	res.idleCPU = 100 * float64(cpuTime()-c0) / float64(time.Since(t0))
+	res.idleCPU = 100 * float64(inproc.CPUTime()-c0) / float64(time.Since(t0))
 
 	// the busy pair, the generator pinned
 	done := make(chan error, 1)
@@ -200,7 +183,7 @@ func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU 
 		unix.SchedSetaffinity(0, &set)
 		burst := make([][]byte, 32)
 		for i := range burst {
-			burst[i] = frame(macB, macA)
+			burst[i] = inproc.Frame(macB, macA)
 		}
 		for deadline := start.Add(window); time.Now().Before(deadline); {
 			if _, err := a.SendBurst(0, burst); err != nil && !errors.Is(err, frontend.ErrRingFull) {
@@ -238,12 +221,6 @@ func workerStats(d *dataplane.Dataplane) (busyNs, sleeps uint64) {
 		sleeps += w.Sleeps
 	}
 	return busyNs, sleeps
-}
-
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func rssMiB() float64 {

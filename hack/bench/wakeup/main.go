@@ -33,6 +33,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/hack/bench/inproc"
 )
 
 var modes = []dataplane.Polling{dataplane.PollInterrupt, dataplane.PollAdaptive, dataplane.PollBusy}
@@ -59,7 +60,7 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(dir)
-	fmt.Printf("# %s, %d CPUs, worker on CPU %d, Go frontend guests; %s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, pressure())
+	fmt.Printf("# %s, %d CPUs, worker on CPU %d, Go frontend guests; %s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, inproc.Pressure())
 	for _, w := range strings.Split(*what, ",") {
 		switch strings.TrimSpace(w) {
 		case "idle":
@@ -82,22 +83,12 @@ func main() {
 			fail(fmt.Errorf("-mode: %q is not idle or latency", w))
 		}
 	}
-	fmt.Printf("# after: %s\n", pressure())
+	fmt.Printf("# after: %s\n", inproc.Pressure())
 }
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "wakeup:", err)
 	os.Exit(1)
-}
-
-// pressure is the kernel's CPU pressure (some avg10), for judging the noise.
-func pressure() string {
-	b, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return "cpu pressure unknown"
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return "cpu pressure: " + line
 }
 
 // rig is a dataplane with one pinned worker and n connected ports.
@@ -144,12 +135,6 @@ func (r *rig) close() {
 	r.d.Close()
 }
 
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func sleeps(d *dataplane.Dataplane) uint64 {
 	var n uint64
 	for _, w := range d.WorkerStats() {
@@ -165,9 +150,9 @@ func idle(dir string, m dataplane.Polling, ports int, window time.Duration, cpu 
 	}
 	defer r.close()
 	time.Sleep(time.Second) // setup done, the adaptive worker asleep
-	c0, s0, t0 := cpuTime(), sleeps(r.d), time.Now()
+	c0, s0, t0 := inproc.CPUTime(), sleeps(r.d), time.Now()
 	time.Sleep(window)
-	c1, s1, t1 := cpuTime(), sleeps(r.d), time.Now()
+	c1, s1, t1 := inproc.CPUTime(), sleeps(r.d), time.Now()
 	el := t1.Sub(t0)
 	fmt.Printf("idle\t%s\t%d\t%.1f\t%.2f\t%.1f\n", m, ports, el.Seconds(), 100*float64(c1-c0)/float64(el), float64(s1-s0)/el.Seconds())
 	return nil
@@ -175,14 +160,6 @@ func idle(dir string, m dataplane.Polling, ports int, window time.Duration, cpu 
 
 var macA = [6]byte{0x52, 0x54, 0, 0, 0, 0x0a}
 var macB = [6]byte{0x52, 0x54, 0, 0, 0, 0x0b}
-
-func frame(dst, src [6]byte) []byte {
-	f := make([]byte, 64)
-	copy(f, dst[:])
-	copy(f[6:], src[:])
-	f[12], f[13] = 0x88, 0xb5 // local experimental ethertype
-	return f
-}
 
 func latency(dir string, m dataplane.Polling, gap time.Duration, frames, workerCPU, senderCPU int) error {
 	r, err := newRig(dir, m, 2, workerCPU, frontend.Config{RxPoll: true})
@@ -197,7 +174,7 @@ func latency(dir string, m dataplane.Polling, gap time.Duration, frames, workerC
 		tx, rx *frontend.Frontend
 		mac    [6]byte
 	}{{a, b, macA}, {b, a, macB}} {
-		if err := x.tx.Send(0, frame(bcast, x.mac)); err != nil {
+		if err := x.tx.Send(0, inproc.Frame(bcast, x.mac)); err != nil {
 			return err
 		}
 		if _, err := x.rx.Recv(0, 5*time.Second); err != nil {
@@ -210,7 +187,7 @@ func latency(dir string, m dataplane.Polling, gap time.Duration, frames, workerC
 	var set unix.CPUSet
 	set.Set(senderCPU)
 	unix.SchedSetaffinity(0, &set)
-	fr := frame(macB, macA)
+	fr := inproc.Frame(macB, macA)
 	lat := make([]time.Duration, 0, frames)
 	for range frames {
 		// Off the CPU for most of a long gap (as an idle guest), spinning
