@@ -194,6 +194,13 @@ vmq_result() {
         }
         END { if (seen) print last }'
 }
+# vmq_spoof LOG STEP [KEY]: KEY (default replies) of the spoof role's STEP
+# line (hack/guest/init, role spoof); "" if none
+vmq_spoof() {
+    tr -d '\r' <"$1" 2>/dev/null | awk -v s="step=$2" -v k="${3:-replies}=" '
+        $1 == "VHOSTMQ-RESULT" && $2 == "spoof" && $3 == s { for (i = 4; i <= NF; i++) if (index($i, k) == 1) v = substr($i, length(k) + 1) }
+        END { print v }'
+}
 # vmq_result_line LOG KIND: the last KIND line without its prefix
 vmq_result_line() {
     tr -d '\r' <"$1" 2>/dev/null | awk -v kind="$2" '$1 == "VHOSTMQ-RESULT" && $2 == kind { $1 = ""; l = $0 } END { sub(/^ /, "", l); print l }'

@@ -495,7 +495,7 @@ fi
 # port security (the CNI's ports carry the pod's MAC; vhu-net has no IPAM,
 # so only MACs are checked): guest a's pings to b from another MAC
 if vmq_wait_log "$(serial a)" '^VHOSTMQ-RESULT role-done role=spoof ' "$GUEST_TIMEOUT"; then
-    spoof_step() { tr -d '\r' <"$(serial a)" | awk -v s="$1" '$2 == "spoof" && $3 == "step=" s { sub(/.*replies=/, ""); print $1 }'; }
+    spoof_step() { vmq_spoof "$(serial a)" "$1"; }
     spoofed_of() { ctl -o json stats --interval 0 | jq -r --arg pod "default/vm-$1" '[.ports[] | select(.pod == $pod) | .queues[].drops.spoofed] | add // 0'; }
     echo "    guest a's pings to b answered: own MAC $(spoof_step own)/3, from 02:00:00:00:00:99 $(spoof_step victim-mac)/3, own MAC again $(spoof_step after)/3; spoofed drops at a $(spoofed_of a), at b $(spoofed_of b)"
     check "(c) port security: guest a's pings from a MAC not its port's got no reply, its own before and after did" \

@@ -561,7 +561,7 @@ fi
 # only): vm2's pings to vm1 from a MAC not its own get no reply and are
 # counted at vm2's port, its own before and after are answered
 if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT role-done role=spoof ' 120; then
-    spoof_step() { tr -d '\r' <"$OUT/console-vm2.log" | awk -v s="$1" '$2 == "spoof" && $3 == "step=" s { sub(/.*replies=/, ""); print $1 }'; }
+    spoof_step() { vmq_spoof "$OUT/console-vm2.log" "$1"; }
     spoofed_of() { # VM: its port's spoofed drops
         ctl -o json stats --interval 0 | jq -r --arg id "$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")" \
             '[.ports[] | select(.id == $id) | .queues[].drops.spoofed] | add // 0'
