@@ -145,8 +145,9 @@ type port struct {
 	polling Polling
 	dev     *netdev.Port
 	net     *network
-	dhcp    *dhcpResponder // nil: DHCP from this port's guest is switched like any frame
-	guard   *guard         // port security (security.go); a stand-in's is off
+	dhcp    *dhcpResponder         // nil: DHCP from this port's guest is switched like any frame
+	guard   *guard                 // port security (security.go); a stand-in's is off
+	limits  atomic.Pointer[limits] // rate limits (bandwidth.go); nil: none
 	// mac is the port's configured MAC (a Key), noKey when none
 	mac uint64
 	// up marks a network's stand-in for its uplink in the MAC table
@@ -263,6 +264,9 @@ type PortOptions struct {
 	// Security says which source addresses the port's guest may send
 	// from (security.go); the zero value is on.
 	Security PortSecurity
+	// Bandwidth limits the port's rate in each direction (bandwidth.go);
+	// the zero value is no limit.
+	Bandwidth Bandwidth
 }
 
 // CPUs returns the CPUs the workers run on (-1: one unpinned worker).
@@ -301,6 +305,9 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 	}
 	if opt.VLAN < 0 || opt.VLAN > vswitch.MaxVLAN {
 		return nil, fmt.Errorf("port %q: vlan: %d is outside 0..%d", cfg.Name, opt.VLAN, vswitch.MaxVLAN)
+	}
+	if err := opt.Bandwidth.Validate(); err != nil {
+		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
 	p := &port{rxReady: make([]atomic.Bool, cfg.QueuePairs), polling: opt.Polling,
 		workers: make([]atomic.Pointer[worker], cfg.QueuePairs), guard: newGuard(opt.Security, cfg.MAC), mac: noKey}
@@ -360,6 +367,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		return nil, err
 	}
 	p.dev = dev
+	p.limits.Store(newLimits(opt.Bandwidth, dev.MTU()))
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
 	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)

@@ -31,6 +31,8 @@ type PortStats struct {
 	// ControlThrottled counts control messages that waited for the port's
 	// control budget (netdev.ControlRate).
 	ControlThrottled uint64 `json:"controlThrottled"`
+	// Bandwidth is the port's rate limits (bandwidth.go).
+	Bandwidth Bandwidth `json:"bandwidth"`
 }
 
 // QueueStats is a snapshot of one queue pair.
@@ -57,6 +59,9 @@ type QueueStats struct {
 	// Held counts frames for this guest that found its RX ring full and
 	// waited at their source instead of being dropped (hold.go).
 	Held uint64 `json:"held"`
+	// Shaped counts the bursts from this pair's guest that the port's
+	// egress limit cut short, leaving its frames in the ring for later.
+	Shaped uint64 `json:"shaped"`
 }
 
 // OffloadStats count what checksum and segmentation offloads did for the
@@ -79,6 +84,7 @@ type QueueDrops struct {
 	BadOffload    uint64 `json:"badOffload"`    // offload metadata that does not fit the frame
 	RxHoldExpired uint64 `json:"rxHoldExpired"` // held for a full RX ring past the bound, then dropped (also in rxNoBuffer)
 	Spoofed       uint64 `json:"spoofed"`       // sent from a MAC or IP address that is not the port's (port security)
+	RateLimited   uint64 `json:"rateLimited"`   // to the guest, above the port's ingress limit (bandwidth.go)
 }
 
 // Stats returns a snapshot of every port, sorted by name.
@@ -113,7 +119,7 @@ func (p *port) stats() PortStats {
 	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
 		Faults: p.dev.Faults(), Memory: p.dev.MemorySeals(), ControlThrottled: p.dev.ControlThrottled(),
 		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU(), Network: p.net.name, VLAN: p.net.vlan,
-		DHCP: p.dhcp.stats()}
+		DHCP: p.dhcp.stats(), Bandwidth: p.bandwidth()}
 	vr := p.dev.Vrings()
 	for i := range cfg.QueuePairs {
 		rx, tx := vr[2*i], vr[2*i+1]
@@ -141,6 +147,8 @@ func (p *port) stats() PortStats {
 		qs.Stalls, qs.Held = tc.Stalls.Load(), rc.Held.Load()
 		qs.Drops.RxHoldExpired = rc.HoldExpired.Load()
 		qs.Drops.Spoofed = tc.DropSpoofed.Load()
+		qs.Drops.RateLimited = rc.DropRateLimited.Load()
+		qs.Shaped = tc.Shaped.Load()
 		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}

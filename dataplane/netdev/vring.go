@@ -64,6 +64,10 @@ type Counters struct {
 	DropRunt    atomic.Uint64 // TX: frames shorter than an Ethernet header
 	DropNoDest  atomic.Uint64 // TX: frames with nowhere to go
 	DropSpoofed atomic.Uint64 // TX: frames from an address that is not the port's (port security)
+	// DropRateLimited counts RX frames above the port's ingress limit.
+	DropRateLimited atomic.Uint64
+	// Shaped counts TX bursts the port's egress limit cut short.
+	Shaped atomic.Uint64
 	// Offloads: RX counts what was delivered to this guest, TX what its
 	// guest sent.
 	GSOWhole     atomic.Uint64 // RX: GSO frames delivered whole (metadata passed through)
