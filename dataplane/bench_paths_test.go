@@ -127,9 +127,7 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 	}
 	tb.Cleanup(d.Close)
 	r := &pathRig{w: d.workers[0]}
-	r.w.stopping.Store(true)
-	r.w.wake()
-	<-r.w.done
+	r.w.halt()
 	cfg := frontend.Config{QueueSize: 1024, RxPoll: true, TxBufSize: 2048}
 	// Ports as the CNI makes them: given their MAC and IPAM address, port
 	// security on (the frames' source IP is 10.0.0.1 both ways);

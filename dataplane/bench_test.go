@@ -21,9 +21,7 @@ func BenchmarkForward(b *testing.B) {
 			rx := dial(b, addPort(b, d, "b", netdev.RoleServer, 1), cfg)
 			learn(b, a, rx, 1)
 			w := d.workers[0]
-			w.stopping.Store(true)
-			w.wake()
-			<-w.done
+			w.halt()
 			frames := make([][]byte, burstSize)
 			for i := range frames {
 				frames[i] = udpFrame(macB, macA, uint16(i), 9, make([]byte, size-42))

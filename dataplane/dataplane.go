@@ -34,6 +34,10 @@ type Config struct {
 	// CPUs the workers run on, one worker per CPU. Empty means one worker,
 	// not pinned.
 	CPUs []int
+	// parkedSweep, for tests: how often a worker looks at its parked rings
+	// whatever their kicks (0: sweepInterval; negative: never), so that
+	// the watchdog's own healing can be seen (active.go).
+	parkedSweep time.Duration
 	// MACAge is how long a learned address lives without traffic.
 	MACAge time.Duration
 	// Uplink, when set, is the tap uplink networks may ask for
@@ -101,12 +105,13 @@ type Dataplane struct {
 	workers []*worker
 	macAge  time.Duration
 
-	topo    balance.Topology
-	rebal   RebalanceConfig
-	sealed  bool        // Config.RequireSealedMemory
-	maxMem  uint64      // Config.MaxGuestMemory
-	balance *rebalancer // rebalance.go
-	wd      *watchdog   // watchdog.go
+	topo        balance.Topology
+	rebal       RebalanceConfig
+	sealed      bool          // Config.RequireSealedMemory
+	maxMem      uint64        // Config.MaxGuestMemory
+	parkedSweep time.Duration // Config.parkedSweep
+	balance     *rebalancer   // rebalance.go
+	wd          *watchdog     // watchdog.go
 
 	// placeMu orders the changes to which worker serves a pair: AddPort's,
 	// RemovePort's and the rebalancer's moves.
@@ -187,7 +192,7 @@ func New(cfg Config) (*Dataplane, error) {
 		cfg.UplinkMACs = DefaultUplinkMACs
 	}
 	d := &Dataplane{log: log, macAge: cfg.MACAge, byName: map[string]*port{}, nets: map[string]*network{}, uplinkMACs: cfg.UplinkMACs,
-		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory, maxMem: cfg.MaxGuestMemory,
+		topo: topo, rebal: cfg.Rebalance.withDefaults(), sealed: cfg.RequireSealedMemory, maxMem: cfg.MaxGuestMemory, parkedSweep: cfg.parkedSweep,
 		stopAging: make(chan struct{}), agingDone: make(chan struct{})}
 	cpus := cfg.CPUs
 	if len(cpus) == 0 {
@@ -352,7 +357,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 				d.wakeHolding(v) // uplink.go
 				return
 			}
-			p.workers[v.Pair()].Load().wake()
+			p.workers[v.Pair()].Load().poke() // a parked ring started or stopped (active.go)
 		},
 		RARP: func(_ *netdev.Port, mac net.HardwareAddr) { d.announced(p, mac) },
 	}

@@ -579,9 +579,7 @@ func TestForwardingAllocatesNothing(t *testing.T) {
 	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 1), frontend.Config{QueueSize: 1024})
 	learn(t, a, b, 1)
 	w := d.workers[0]
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w.halt()
 	frames := make([][]byte, 0, 256)
 	for i := range 256 {
 		frames = append(frames, udpFrame(macB, macA, uint16(i), 9, make([]byte, 64)))

@@ -131,3 +131,16 @@ func TestExportDescribesTheLiveSession(t *testing.T) {
 		t.Errorf("the state changed on the wire:\n sent %s\n got  %s (%d of %d fds)", want, have, len(rfds), len(fds))
 	}
 }
+
+// halt stops the worker's goroutine so that a test can run its passes by
+// hand, with every ring active (a sleeping worker parked them: active.go).
+func (w *worker) halt() {
+	w.stopping.Store(true)
+	w.wake()
+	<-w.done
+	for _, a := range w.list.Load().list {
+		a.parked = false
+		a.swept.Store(false)
+	}
+	w.seen = nil
+}

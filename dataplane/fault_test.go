@@ -239,9 +239,7 @@ func (r *faultRig) shrink() {
 // stopWorker stops the rig's one worker, for a test that drives it.
 func (r *faultRig) stopWorker() *worker {
 	w := r.d.workers[0]
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w.halt()
 	return w
 }
 

@@ -37,9 +37,7 @@ func newBurstRig(t *testing.T, macs [][6]byte, cfgs []frontend.Config) *burstRig
 		r.fes = append(r.fes, dial(t, addPort(t, r.d, name, netdev.RoleServer, 1), cfgs[i]))
 	}
 	r.w = r.d.workers[0]
-	r.w.stopping.Store(true)
-	r.w.wake()
-	<-r.w.done
+	r.w.halt()
 	for i, m := range macs {
 		if err := r.fes[i].Send(0, broadcastFrom(m)); err != nil {
 			t.Fatal(err)
@@ -354,9 +352,7 @@ func TestFaultMidBurstSettlesTheRest(t *testing.T) {
 	// b's only RX buffer faults when written.
 	faultingRXBuffer(t, b)
 	w := d.workers[0]
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w.halt()
 	a.ReclaimTx(0)
 	c.DrainCalls(0)
 	// The test drives the passes: it must turn faults into panics as the

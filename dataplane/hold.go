@@ -154,7 +154,7 @@ func (w *worker) unarmHolds() {
 func (w *worker) holdTimeout() int64 {
 	left := int64(-1)
 	now := nanotime()
-	for _, a := range w.list.Load().list {
+	for _, a := range w.active { // a holding ring never parks (active.go)
 		if a.hold.rv == nil {
 			continue
 		}

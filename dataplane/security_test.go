@@ -394,9 +394,7 @@ func TestPortSecurityDeliversWhatItChecked(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 	w := d.workers[0] // stopped: the test runs its passes
-	w.stopping.Store(true)
-	w.wake()
-	<-w.done
+	w.halt()
 	cfg := frontend.Config{RxPoll: true}
 	sec := func(ip netip.Addr) PortOptions { return PortOptions{Security: PortSecurity{IPs: []netip.Addr{ip}}} }
 	m := dial(t, addPortMAC(t, d, "m", macM, sec(ipM)), cfg)

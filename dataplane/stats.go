@@ -114,12 +114,31 @@ func (d *Dataplane) PortStats(name string) (PortStats, bool) {
 	return p.stats(), true
 }
 
+// ReadPortStats is PortStats into ps, reusing ps.Queues: a reader of every
+// port at every scrape (the agent's metrics) allocates nothing for the
+// ports without DHCP, and one DHCPStats for each with.
+func (d *Dataplane) ReadPortStats(name string, ps *PortStats) bool {
+	d.mu.Lock()
+	p, ok := d.byName[name]
+	d.mu.Unlock()
+	if ok {
+		p.statsInto(ps)
+	}
+	return ok
+}
+
 func (p *port) stats() PortStats {
+	var ps PortStats
+	p.statsInto(&ps)
+	return ps
+}
+
+func (p *port) statsInto(ps *PortStats) {
 	cfg := p.dev.Config()
-	ps := PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
+	*ps = PortStats{Name: cfg.Name, Socket: cfg.Socket, Role: string(cfg.Role), Connected: p.dev.Connected(),
 		Faults: p.dev.Faults(), Memory: p.dev.MemorySeals(), ControlThrottled: p.dev.ControlThrottled(),
 		Connects: p.dev.Connects(), QueuePairs: cfg.QueuePairs, MTU: p.dev.MTU(), Network: p.net.name, VLAN: p.net.vlan,
-		DHCP: p.dhcp.stats(), Bandwidth: p.bandwidth()}
+		DHCP: p.dhcp.stats(), Bandwidth: p.bandwidth(), Queues: ps.Queues[:0]}
 	vr := p.dev.Vrings()
 	for i := range cfg.QueuePairs {
 		rx, tx := vr[2*i], vr[2*i+1]
@@ -152,7 +171,6 @@ func (p *port) stats() PortStats {
 		qs.Offload = OffloadStats{GSOWhole: rc.GSOWhole.Load(), GSOSegmented: rc.GSOSegmented.Load(), CsumSoftware: rc.CsumSoftware.Load()}
 		ps.Queues = append(ps.Queues, qs)
 	}
-	return ps
 }
 
 func ready(v *netdev.Vring) bool {
@@ -189,6 +207,7 @@ type WorkerStats struct {
 	UplinkBusyNs uint64 // the uplink queue's part of BusyNs: it cannot move
 	Sleeps       uint64 // times it slept waiting for kicks
 	Queues       int    // queue pairs it serves
+	Active       int    // of those, the TX rings its passes visit (the others are parked: active.go)
 }
 
 // WorkerStats returns every worker's load counters.
@@ -196,7 +215,7 @@ func (d *Dataplane) WorkerStats() []WorkerStats {
 	out := make([]WorkerStats, len(d.workers))
 	for i, w := range d.workers {
 		out[i] = WorkerStats{ID: w.id, CPU: w.cpu, NUMA: d.topo.Node(w.cpu), BusyNs: w.busyNs.Load(), UplinkBusyNs: w.upBusyNs.Load(),
-			Sleeps: w.sleeps.Load(), Queues: len(w.list.Load().list)}
+			Sleeps: w.sleeps.Load(), Queues: len(w.list.Load().list), Active: int(w.activeN.Load())}
 	}
 	return out
 }

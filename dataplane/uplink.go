@@ -801,9 +801,16 @@ func (w *worker) unarmHeld() {
 
 // sleepTimeout is how long (ms) the worker may sleep: until the held
 // frame's time is up, at most 1 ms when there is no kick to wait for;
-// -1 (no limit) without a held frame.
+// until the next sweep of parked rings (active.go); -1 (no limit)
+// without either.
 func (w *worker) sleepTimeout() int {
 	left := w.holdTimeout() // held guest frames (hold.go)
+	if len(w.parked) > 0 && w.sweepEvery > 0 {
+		l := max(w.sweepEvery-(nanotime()-w.sweptAt), 0)
+		if left < 0 || l < left {
+			left = l
+		}
+	}
 	if wu := w.up; wu != nil && wu.held.to != nil {
 		l := wu.limit - (nanotime() - wu.held.since)
 		if wu.held.kick < 0 {

@@ -27,7 +27,10 @@ import (
 // flags, until the ring moves again.
 //
 // Cost when nothing stalls: one goroutine that wakes every bound/4 and, per
-// TX ring, takes a free lock and reads two indices (BenchmarkWatchdogScan).
+// active TX ring, takes a free lock and reads two indices
+// (BenchmarkWatchdogScan). A ring its worker parked (active.go) costs a
+// flag: the worker's own sweep looks at it within sweepInterval, which is
+// shorter than the bound, and finds what a lost kick left waiting.
 
 // DefaultStallBound is how long a TX ring may hold entries that its worker
 // could have taken before the watchdog calls it stalled.
@@ -128,6 +131,14 @@ func (wd *watchdog) scan(now int64) {
 // check looks at one pair's TX ring.
 func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 	v := a.tx
+	if a.swept.Load() && !dump {
+		// parked: its worker's sweep looks at it (active.go); the
+		// watchdog's cost follows the active rings
+		if len(wd.seen) > 0 {
+			delete(wd.seen, v)
+		}
+		return
+	}
 	w := a.port.workers[a.pair].Load()
 	if !v.TryLock() {
 		delete(wd.seen, v) // a worker is in a burst on it: served
@@ -177,7 +188,7 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 	if !onWorker {
 		wd.d.replace(a)
 	}
-	w.wake()
+	w.poke() // a parked ring is activated only by a kick or a poke (active.go)
 	if !rw.reported {
 		wd.d.log.Warn("queue stalled: entries waiting and none taken; served it again", "port", v.Port.Name(), "pair", a.pair,
 			"vring", v.Index, "for", time.Duration(now-rw.since).String(), "why", why, "ring", st, "cpu", w.cpu,

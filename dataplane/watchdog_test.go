@@ -14,7 +14,8 @@ import (
 // the given watchdog, and both guests' addresses learned.
 func stallPair(t *testing.T, wd WatchdogConfig) (d *Dataplane, a, b *frontend.Frontend) {
 	t.Helper()
-	d, err := New(Config{CPUs: []int{0}, Logger: testLogger(t), Watchdog: wd})
+	// The worker's own sweep of parked rings would heal the stalls first.
+	d, err := New(Config{CPUs: []int{0}, Logger: testLogger(t), Watchdog: wd, parkedSweep: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,9 +230,7 @@ func TestWatchdogScanAllocatesNothing(t *testing.T) {
 	addPort(t, d, "b", netdev.RoleServer, 1)
 	// a's TX ring has a frame waiting that no worker takes: the scan
 	// remembers it from then on.
-	d.workers[0].stopping.Store(true)
-	d.workers[0].wake()
-	<-d.workers[0].done
+	d.workers[0].halt()
 	if err := a.Send(0, broadcastFrom(macA)); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,17 @@ type assignment struct {
 	// macs caches the network's MAC table for this pair's frames; only
 	// the worker serving the pair touches it
 	macs vswitch.Cache[*port]
+	// The serving worker's view of the pair (active.go), touched by that
+	// worker only: whether it parked the TX ring, where the ring is in
+	// its active or parked set, and when a burst last moved frames.
+	owner    *worker
+	parked   bool
+	at       int
+	lastWork int64
+	// swept says, to the watchdog, that the ring is parked on a worker
+	// that sweeps its parked rings: that sweep, not the watchdog, finds
+	// its lost kicks.
+	swept atomic.Bool
 }
 
 // assignments is a worker's list, with the most demanding polling mode
@@ -106,6 +117,19 @@ type worker struct {
 	// armedHolds are the pairs whose held frame's RX ring armHold armed
 	// for this sleep (hold.go)
 	armedHolds []*assignment
+
+	// The active set (active.go), built from the list the worker last
+	// saw; only the worker touches it.
+	seen       *assignments
+	active     []*assignment // visited every pass
+	parked     []*assignment // kicks on; visited by the sweep only
+	byID       map[uint32]*assignment
+	sweepAt    int   // the sweep's next index into parked
+	sweptAt    int64 // ns: the last sweep
+	sweepEvery int64 // ns: sweepInterval, or Config.parkedSweep; <= 0: no sweep
+	hkAt       int64 // ns: the last housekeeping
+	poked      atomic.Bool
+	activeN    atomic.Int32 // len(active), for stats
 }
 
 const wakeToken = -1
@@ -126,7 +150,11 @@ func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
 		unix.Close(wakefd)
 		return nil, fmt.Errorf("worker %d: epoll_ctl: %w", id, err)
 	}
-	w := &worker{dp: dp, id: id, cpu: cpu, epfd: epfd, wakefd: wakefd, done: make(chan struct{})}
+	w := &worker{dp: dp, id: id, cpu: cpu, epfd: epfd, wakefd: wakefd, done: make(chan struct{}), byID: map[uint32]*assignment{},
+		sweepEvery: sweepInterval}
+	if dp.parkedSweep != 0 {
+		w.sweepEvery = int64(dp.parkedSweep)
+	}
 	w.s.init()
 	w.list.Store(newAssignments(nil))
 	return w, nil
@@ -212,7 +240,7 @@ func (w *worker) watch(v *netdev.Vring, fd int) {
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		w.dp.log.Error("cannot wait on kick eventfd", "port", v.Port.Name(), "vring", v.Index, "err", err)
 	}
-	w.wake()
+	w.poke() // a parked ring's kicks now come on this fd: look at it
 }
 
 func (w *worker) unwatch(_ *netdev.Vring, fd int) {
@@ -237,46 +265,51 @@ func (w *worker) routine() {
 	defer w.dp.log.Debug("worker stopped", "worker", w.id)
 	idleSince, idlePasses := int64(0), 0
 	for !w.stopping.Load() {
-		if w.passes.Add(1)%disarmPasses == 0 {
+		passes := w.passes.Add(1)
+		w.sync() // every use of the list in this iteration follows the increment (quiesce)
+		if passes%disarmPasses == 0 {
 			// Rings started while the worker polls still ask for kicks
-			// (only a wake-up disarms them, and a busy worker never
-			// sleeps); ask again. arm() runs before every sleep, so no
-			// wake-up can be lost.
+			// (only activating a ring disarms it); ask again. arm() runs
+			// before every sleep, so no wake-up can be lost.
 			w.disarm()
+		}
+		if passes%housekeepPasses == 0 {
+			if now := nanotime(); now-w.hkAt >= housekeepInterval {
+				w.housekeep(now) // active.go
+			}
 		}
 		if w.pass() {
 			idleSince, idlePasses = 0, 0
 			continue
 		}
-		switch w.list.Load().mode {
-		case PollBusy:
+		mode := w.list.Load().mode
+		if mode == PollBusy {
 			continue
-		case PollAdaptive:
-			// The clock is read every adaptiveCheck idle passes only.
-			idlePasses++
-			if idlePasses%adaptiveCheck != 1 {
-				continue
-			}
-			now := nanotime()
-			if idleSince == 0 {
-				idleSince = now
-			}
-			if now-idleSince < adaptiveIdle {
-				continue
-			}
+		}
+		// The clock is read every adaptiveCheck idle passes only.
+		idlePasses++
+		if idlePasses%adaptiveCheck != 1 {
+			continue
+		}
+		now := nanotime()
+		if idleSince == 0 {
+			idleSince = now
+		}
+		if limit := idleLimit(mode); now-idleSince < limit {
+			continue
 		}
 		idleSince, idlePasses = 0, 0
 		if w.arm() {
 			w.unarmHolds()
 			continue
 		}
+		w.parkAllArmed() // armed and checked: kicks bring them back
 		w.sleeps.Add(1)
 		w.sleeping.Store(true)
 		w.sleep(w.sleepTimeout())
 		w.sleeping.Store(false)
 		w.unarmHolds()
 		w.unarmHeld()
-		w.disarm()
 	}
 }
 
@@ -289,6 +322,20 @@ const disarmPasses = 1024
 // without paying a kick and a wake-up, short enough that idle ports cost
 // nothing.
 const adaptiveIdle = int64(200 * time.Microsecond)
+
+// interruptIdle is how long an interrupt-mode worker keeps polling
+// without work before it sleeps: a flow's next frame usually comes
+// sooner, and under load the worker then neither sleeps nor makes its
+// guests kick for every few frames (a sleep and a kick cost more than
+// this much polling); an idle worker still sleeps at once in human terms.
+const interruptIdle = int64(20 * time.Microsecond)
+
+func idleLimit(m Polling) int64 {
+	if m == PollAdaptive {
+		return adaptiveIdle
+	}
+	return interruptIdle
+}
 
 // adaptiveCheck is how many idle passes an adaptive worker makes between
 // two looks at the clock (an idle pass over a few rings takes well under a
@@ -307,7 +354,8 @@ func nanotime() int64 { return time.Now().UnixNano() }
 //
 //go:noinline
 func (w *worker) pass() (worked bool) {
-	for _, a := range w.list.Load().list {
+	w.sync()
+	for _, a := range w.active {
 		w.s.start = 0
 		if !w.serveSafely(a) {
 			continue
@@ -316,6 +364,7 @@ func (w *worker) pass() (worked bool) {
 		worked = true
 		if t0 := w.s.start; t0 != 0 {
 			d := uint64(max(nanotime()-t0, 0))
+			a.lastWork = t0
 			a.busyNs.Store(a.busyNs.Load() + d)
 			a.bursts.Store(a.bursts.Load() + 1)
 			w.busyNs.Store(w.busyNs.Load() + d)
@@ -356,11 +405,12 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 	return w.serveTX(a)
 }
 
-// arm re-enables guest kicks on every TX ring (and on the RX ring a held
-// uplink frame waits for: uplink.go) and reports whether work arrived
-// meanwhile.
+// arm re-enables guest kicks on every active TX ring (parked ones have
+// them on; and on the RX ring a held uplink frame waits for: uplink.go)
+// and reports whether work arrived meanwhile.
 func (w *worker) arm() (more bool) {
-	for _, a := range w.list.Load().list {
+	w.sync()
+	for _, a := range w.active {
 		if a.hold.rv != nil {
 			// its next chain waits for the destination: wait for that
 			// ring's kick instead (hold.go)
@@ -383,9 +433,10 @@ func (w *worker) arm() (more bool) {
 	return more
 }
 
-// disarm asks the guests not to kick while the worker is busy.
+// disarm asks the guests of active rings not to kick while the worker is
+// busy.
 func (w *worker) disarm() {
-	for _, a := range w.list.Load().list {
+	for _, a := range w.active {
 		a.tx.Lock()
 		if q := a.tx.Queue(); q != nil {
 			a.tx.SetNotify(q, false)
@@ -399,31 +450,15 @@ func (w *worker) disarm() {
 func (w *worker) sleep(timeout int) {
 	n, err := unix.EpollWait(w.epfd, w.events[:], timeout)
 	if err != nil {
-		return // EINTR
+		n = 0 // EINTR
 	}
-	list := w.list.Load().list
-	for i := range n {
-		ev := &w.events[i]
-		switch ev.Pad {
-		case wakeToken:
-			unix.Read(w.wakefd, w.drainBuf[:])
-			continue
-		case heldKickToken: // closed by unarmHeld after the sleep
-			unix.Read(int(ev.Fd), w.drainBuf[:])
-			continue
-		}
-		for _, a := range list {
-			if a.tx.ID != uint32(ev.Pad) {
-				continue
-			}
-			a.tx.Lock()
-			if fd := a.tx.KickFD(); fd == int(ev.Fd) {
-				unix.Read(fd, w.drainBuf[:])
-				a.tx.Counters.Kicks.Add(1)
-			}
-			a.tx.Unlock()
-		}
+	now := nanotime()
+	w.handleEvents(n, now) // active.go
+	w.checkPokes(now)
+	if w.sweepEvery > 0 && now-w.sweptAt >= w.sweepEvery {
+		w.sweep(len(w.parked), now)
 	}
+	w.activeN.Store(int32(len(w.active)))
 }
 
 func (w *worker) stop() {

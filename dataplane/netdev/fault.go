@@ -211,3 +211,23 @@ func setNotifyCaught(q *virtq.Queue, enable bool, more *bool) (err error) {
 	*more = q.SetNotify(enable)
 	return nil
 }
+
+// Pending reports whether q has chains waiting to be taken (or a broken
+// avail index the worker must see). A fault in ring memory stops the ring
+// and ends the port's session, as SetNotify's does, and reports true: the
+// worker looks at the ring and finds it stopped. Caller holds the lock.
+func (v *Vring) Pending(q *virtq.Queue) bool {
+	var n int
+	var perr error
+	if err := pendingCaught(q, &n, &perr); err != nil {
+		v.faulted("avail index", err)
+		return true
+	}
+	return n > 0 || perr != nil
+}
+
+func pendingCaught(q *virtq.Queue, n *int, perr *error) (err error) {
+	defer guestmem.Catch(&err, debug.SetPanicOnFault(true))
+	*n, *perr = q.Pending()
+	return nil
+}

@@ -47,6 +47,7 @@ func main() {
 	window := flag.Duration("window", 3*time.Second, "measuring window of each run")
 	workerCPU := flag.Int("worker-cpu", 1, "CPU of the dataplane's one worker")
 	genCPU := flag.Int("gen-cpu", 0, "CPU of the generator goroutine (sends on a, drains b)")
+	flag.DurationVar(&watchdogBound, "watchdog", 0, "the stall watchdog's bound (0: the default; negative: off), to see its share of idle CPU")
 	flag.Parse()
 	var idles []int
 	for _, s := range strings.Split(*idleFlag, ",") {
@@ -105,6 +106,8 @@ var (
 	bcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 )
 
+var watchdogBound time.Duration
+
 func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU int) (result, error) {
 	var res result
 	dir, err := os.MkdirTemp("", "vmq-density")
@@ -112,7 +115,7 @@ func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU 
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	d, err := dataplane.New(dataplane.Config{CPUs: []int{workerCPU}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, err := dataplane.New(dataplane.Config{CPUs: []int{workerCPU}, Watchdog: dataplane.WatchdogConfig{Bound: watchdogBound}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return res, err
 	}

@@ -1,0 +1,263 @@
+package dataplane
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// A worker's active set: its cost follows its work, not the number of
+// rings it holds.
+//
+// Each TX ring a worker serves is either active or parked:
+//
+//   - active rings are visited every pass, with guest kicks off (the
+//     guest adds chains without a notification: the worker will look);
+//   - parked rings are not visited: their kicks are on, and a kick is
+//     what brings one back.
+//
+// A ring parks when it has moved nothing for parkIdle: kicks are turned on
+// and the ring checked once more under its lock (a chain added before the
+// guest could see kicks on is found then; one added after makes the guest
+// kick), the way a worker arms every ring before it sleeps. Nothing else
+// changes about sleeping: a worker about to sleep arms its active rings,
+// and once asleep they are all parked; a kick wakes it and activates its
+// ring only.
+//
+// A kick on a parked ring is seen by epoll: in the sleep, or while the
+// worker is awake by a look without waiting (epoll_wait with timeout 0)
+// at most every housekeepInterval. Housekeeping also parks idle rings and
+// sweeps parked ones a few at a time, so that every parked ring is looked
+// at within sweepInterval whatever happens to its kicks; a sleeping
+// worker wakes for that too. A ring that starts, stops, gets a new kick
+// eventfd or is healed by the watchdog pokes its worker, which looks at
+// its parked rings at once.
+//
+// Holding rings (hold.go) never park: they wait for another ring's buffers,
+// and their own kicks say nothing about that.
+
+const (
+	// parkIdle is how long a ring must have moved nothing before it is
+	// parked: longer than adaptive polling's idle time, so that a ring
+	// a flow is using stays polled between its bursts.
+	parkIdle = int64(1_000_000)
+	// housekeepInterval is how often (ns) an awake worker looks for
+	// kicks, parks idle rings and sweeps parked ones: the most a busy
+	// worker adds to a parked ring's first frame.
+	housekeepInterval = int64(20_000)
+	// housekeepPasses is how many passes an awake worker makes between
+	// two looks at the clock for housekeeping.
+	housekeepPasses = 4
+	// sweepInterval bounds the time between two looks at any parked ring
+	// (Config.parkedSweep changes it for tests).
+	sweepInterval = int64(50_000_000)
+)
+
+// sync rebuilds the active and parked sets when the worker's list
+// changed. A pair the worker parked stays parked; one that is new to it is
+// active (its kicks may be on or off: polling it is always right).
+func (w *worker) sync() {
+	l := w.list.Load()
+	if l == w.seen {
+		return
+	}
+	w.seen = l
+	clear(w.active)
+	clear(w.parked)
+	w.active, w.parked = w.active[:0], w.parked[:0]
+	clear(w.byID)
+	now := nanotime()
+	for _, a := range l.list {
+		w.byID[a.tx.ID] = a
+		if a.parked && a.owner == w {
+			a.at = len(w.parked)
+			w.parked = append(w.parked, a)
+			continue
+		}
+		a.owner, a.parked, a.lastWork = w, false, now
+		a.swept.Store(false)
+		a.at = len(w.active)
+		w.active = append(w.active, a)
+	}
+	w.sweepAt = 0
+	w.activeN.Store(int32(len(w.active)))
+}
+
+// activate moves a parked ring back to the active set and turns its kicks
+// off.
+func (w *worker) activate(a *assignment, now int64) {
+	if !a.parked {
+		return
+	}
+	last := w.parked[len(w.parked)-1]
+	w.parked[a.at], last.at = last, a.at
+	w.parked[len(w.parked)-1] = nil
+	w.parked = w.parked[:len(w.parked)-1]
+	a.parked, a.lastWork, a.at = false, now, len(w.active)
+	a.swept.Store(false)
+	w.active = append(w.active, a)
+	a.tx.Lock()
+	if q := a.tx.Queue(); q != nil {
+		a.tx.SetNotify(q, false)
+	}
+	a.tx.Unlock()
+}
+
+// park tries to move active[i] to the parked set: its kicks are turned on
+// and it is checked once more. It reports whether the ring parked (false:
+// it has work, or it must stay active).
+func (w *worker) park(i int) bool {
+	a := w.active[i]
+	if a.hold.rv != nil {
+		return false
+	}
+	a.tx.Lock()
+	more := false
+	if q := a.tx.Queue(); q != nil {
+		if more = a.tx.SetNotify(q, true); more {
+			a.tx.SetNotify(q, false)
+		}
+	} else if q := a.tx.StartedDisabled(); q != nil {
+		more = a.tx.SetNotify(q, true)
+	}
+	a.tx.Unlock()
+	if more {
+		return false
+	}
+	w.parkArmed(i)
+	return true
+}
+
+// parkArmed moves active[i], whose kicks are on, to the parked set.
+func (w *worker) parkArmed(i int) {
+	a := w.active[i]
+	last := w.active[len(w.active)-1]
+	w.active[i], last.at = last, i
+	w.active[len(w.active)-1] = nil
+	w.active = w.active[:len(w.active)-1]
+	a.parked, a.at = true, len(w.parked)
+	a.swept.Store(w.sweepEvery > 0)
+	w.parked = append(w.parked, a)
+}
+
+// parkAllArmed parks every active ring after arm turned their kicks on
+// and found no work: the worker is going to sleep.
+func (w *worker) parkAllArmed() {
+	for i := len(w.active) - 1; i >= 0; i-- {
+		if w.active[i].hold.rv == nil {
+			w.parkArmed(i)
+		}
+	}
+	w.activeN.Store(int32(len(w.active)))
+}
+
+// housekeep runs at most every housekeepInterval while the worker is
+// awake: kicks of parked rings, rings gone idle, a slice of the sweep.
+func (w *worker) housekeep(now int64) {
+	w.hkAt = now
+	if len(w.parked) > 0 || w.poked.Load() {
+		n, err := unix.EpollWait(w.epfd, w.events[:], 0)
+		if err == nil {
+			w.handleEvents(n, now)
+		}
+	}
+	w.checkPokes(now)
+	for i := len(w.active) - 1; i >= 0; i-- {
+		// A busy-polled ring never parks: its guest must never kick.
+		if a := w.active[i]; now-a.lastWork >= parkIdle && a.polling != PollBusy {
+			w.park(i)
+		}
+	}
+	if len(w.parked) > 0 && w.sweepEvery > 0 {
+		// every parked ring within sweepEvery: n per housekeeping
+		n := max(1, int(int64(len(w.parked))*housekeepInterval/w.sweepEvery))
+		w.sweep(n, now)
+	}
+	w.activeN.Store(int32(len(w.active)))
+}
+
+// sweep looks at n parked rings, round robin, and activates those with
+// work a kick did not announce (a lost kick, or a guest that never kicks).
+func (w *worker) sweep(n int, now int64) {
+	for ; n > 0 && len(w.parked) > 0; n-- {
+		if w.sweepAt >= len(w.parked) {
+			w.sweepAt = 0
+		}
+		a := w.parked[w.sweepAt]
+		if w.pending(a) {
+			w.activate(a, now) // the last parked ring takes its place: look at it next
+			continue
+		}
+		w.sweepAt++
+	}
+	w.sweptAt = now
+}
+
+// pending reports whether a ring has chains waiting (or has just been
+// started or stopped, which the active set must see).
+func (w *worker) pending(a *assignment) bool {
+	a.tx.Lock()
+	defer a.tx.Unlock()
+	q := a.tx.Queue()
+	if q == nil {
+		q = a.tx.StartedDisabled()
+	}
+	return q != nil && a.tx.Pending(q)
+}
+
+// poke tells the worker that one of its rings changed (started, stopped,
+// a new kick eventfd, healed): it looks at its parked rings.
+func (w *worker) poke() {
+	w.poked.Store(true)
+	w.wake()
+}
+
+// checkPokes looks at every parked ring after a poke: one with work is
+// activated, the others are armed again (a ring that restarted has new
+// ring memory whose kick setting nobody made).
+func (w *worker) checkPokes(now int64) {
+	if !w.poked.Load() || !w.poked.Swap(false) {
+		return
+	}
+	for i := len(w.parked) - 1; i >= 0; i-- {
+		a := w.parked[i]
+		a.tx.Lock()
+		more := false
+		if q := a.tx.Queue(); q != nil {
+			more = a.tx.SetNotify(q, true)
+		} else if q := a.tx.StartedDisabled(); q != nil {
+			more = a.tx.SetNotify(q, true)
+		}
+		a.tx.Unlock()
+		if more {
+			w.activate(a, now)
+		}
+	}
+}
+
+// handleEvents drains what epoll reported (in a sleep, or by a look while
+// awake) and activates the rings that kicked.
+func (w *worker) handleEvents(n int, now int64) {
+	for i := range n {
+		ev := &w.events[i]
+		switch ev.Pad {
+		case wakeToken:
+			unix.Read(w.wakefd, w.drainBuf[:])
+			continue
+		case heldKickToken: // closed by unarmHeld after the sleep
+			unix.Read(int(ev.Fd), w.drainBuf[:])
+			continue
+		case uplinkToken:
+			continue
+		}
+		a := w.byID[uint32(ev.Pad)]
+		if a == nil {
+			continue
+		}
+		a.tx.Lock()
+		if fd := a.tx.KickFD(); fd == int(ev.Fd) {
+			unix.Read(fd, w.drainBuf[:])
+			a.tx.Counters.Kicks.Add(1)
+		}
+		a.tx.Unlock()
+		w.activate(a, now)
+	}
+}

@@ -1,0 +1,183 @@
+package dataplane
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+)
+
+// activeRig is a worker serving a and b, which talk, and idle ports
+// c0..c(n-1), all connected.
+type activeRig struct {
+	d     *Dataplane
+	w     *worker
+	a, b  *frontend.Frontend
+	idle  []*frontend.Frontend
+	macsC [][6]byte
+}
+
+func newActiveRig(t *testing.T, cfg Config, polling Polling, n int) *activeRig {
+	t.Helper()
+	cfg.CPUs, cfg.Logger = []int{0}, testLogger(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	r := &activeRig{d: d, w: d.workers[0]}
+	add := func(name string) *frontend.Frontend {
+		s := sockPath(t, name)
+		if err := d.AddPort(netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500}, PortOptions{Polling: polling}); err != nil {
+			t.Fatal(err)
+		}
+		return dial(t, s, frontend.Config{})
+	}
+	r.a, r.b = add("a"), add("b")
+	learn(t, r.a, r.b, 1)
+	for i := range n {
+		r.idle = append(r.idle, add(fmt.Sprintf("c%d", i)))
+		r.macsC = append(r.macsC, [6]byte{0x52, 0x54, 0, 0, 1, byte(i)})
+	}
+	return r
+}
+
+// TestIdleRingsPark: rings that moved nothing for parkIdle leave the
+// worker's passes, while a pair with traffic stays in them; a parked
+// ring's kick brings it back while the worker is busy with the other,
+// and its frame arrives.
+func TestIdleRingsPark(t *testing.T) {
+	for _, polling := range []Polling{PollAdaptive, PollInterrupt} {
+		t.Run(polling.String(), func(t *testing.T) {
+			r := newActiveRig(t, Config{}, polling, 16)
+			// a -> b all along, from another goroutine
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fr := udpFrame(macB, macA, 1, 2, make([]byte, 64))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					r.a.ReclaimTx(0)
+					r.a.Send(0, fr)
+					for {
+						if _, err := r.b.Recv(0, 0); err != nil {
+							break
+						}
+					}
+					time.Sleep(50 * time.Microsecond)
+				}
+			}()
+			defer func() { close(stop); wg.Wait() }()
+			waitFor(t, "the idle rings to park", func() bool { return r.w.activeN.Load() <= 2 })
+			before := portStats(t, r.d, "c5").Queues[0].Kicks
+			frame := udpFrame(macB, r.macsC[5], 7, 7, []byte("from a parked ring"))
+			if err := r.idle[5].Send(0, frame); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				got, err := r.b.Recv(0, time.Until(deadline))
+				if err != nil {
+					t.Fatalf("the parked ring's frame did not arrive: %v (active rings %d)", err, r.w.activeN.Load())
+				}
+				if bytes.Equal(got, frame) {
+					break
+				}
+			}
+			if k := portStats(t, r.d, "c5").Queues[0].Kicks - before; k < 1 {
+				t.Errorf("c5 kicked %d times to leave its parked ring: it was not parked", k)
+			}
+		})
+	}
+}
+
+// TestParkedRingSwept: a parked ring whose guest's kick is lost is found
+// by the worker's sweep within sweepInterval (the watchdog off): nothing
+// relies on kicks alone.
+func TestParkedRingSwept(t *testing.T) {
+	r := newActiveRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}}, PollInterrupt, 4)
+	waitFor(t, "every ring parked and the worker asleep", func() bool {
+		return r.w.activeN.Load() == 0 && r.w.sleeping.Load()
+	})
+	frame := udpFrame(macB, r.macsC[2], 7, 7, []byte("kick lost"))
+	t0 := time.Now()
+	if err := r.idle[2].SendNoKick(0, frame); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.b.Recv(0, 2*time.Second)
+	if err != nil || !bytes.Equal(got, frame) {
+		t.Fatalf("frame behind a lost kick on a parked ring: %x, %v", got, err)
+	}
+	t.Logf("swept after %v (sweepInterval %v)", time.Since(t0).Round(time.Millisecond), time.Duration(sweepInterval))
+	if k := portStats(t, r.d, "c2").Queues[0].Kicks; k != 0 {
+		t.Errorf("c2 kicked %d times: the test meant to lose its kick", k)
+	}
+}
+
+// TestParkedRingStartsAfterReconnect: a parked ring whose frontend
+// reconnects (new ring memory, new kick eventfd) is served again: the
+// ring's start pokes the worker.
+func TestParkedRingStartsAfterReconnect(t *testing.T) {
+	r := newActiveRig(t, Config{Watchdog: WatchdogConfig{Bound: -1}, parkedSweep: -1}, PollInterrupt, 2)
+	waitFor(t, "every ring parked", func() bool { return r.w.activeN.Load() == 0 && r.w.sleeping.Load() })
+	p, _ := r.d.Port("c1")
+	sock := p.Config().Socket
+	r.idle[1].Close()
+	waitFor(t, "c1 disconnected", func() bool { return !p.Connected() })
+	c := dial(t, sock, frontend.Config{})
+	frame := udpFrame(macB, r.macsC[1], 7, 7, []byte("after a reconnect"))
+	if err := c.Send(0, frame); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.b.Recv(0, 2*time.Second); err != nil || !bytes.Equal(got, frame) {
+		t.Fatalf("frame from a reconnected frontend on a parked ring: %x, %v", got, err)
+	}
+}
+
+// TestPassCostFollowsActiveRings: with every idle ring parked, a pass
+// visits the rings with work only (the active set's size is what a pass
+// costs: 2 here, whatever the number of idle ports).
+func TestPassCostFollowsActiveRings(t *testing.T) {
+	r := newActiveRig(t, Config{}, PollAdaptive, 64)
+	waitFor(t, "the idle rings to park", func() bool { return r.w.activeN.Load() == 0 && r.w.sleeping.Load() })
+	w := r.w
+	w.halt()
+	// halt made every ring active again, as a restarted worker would find them
+	w.pass()
+	if n := len(w.active); n != 66 {
+		t.Fatalf("%d active rings after halt, want all 66", n)
+	}
+	w.housekeep(nanotime() + parkIdle)
+	if n := len(w.active); n != 0 {
+		t.Errorf("%d active rings after parkIdle without work, want 0 (parked %d)", n, len(w.parked))
+	}
+	if err := r.a.Send(0, udpFrame(macB, macA, 1, 2, []byte("wake"))); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(w.active) == 0 && time.Now().Before(deadline) {
+		n, err := unix.EpollWait(w.epfd, w.events[:], 100)
+		if err != nil {
+			continue
+		}
+		w.handleEvents(n, nanotime())
+	}
+	if len(w.active) != 1 || w.active[0].port.dev.Name() != "a" {
+		t.Fatalf("after a's kick the active set is %d rings, want a's only", len(w.active))
+	}
+	if !w.pass() {
+		t.Fatal("a's frame was not served")
+	}
+}
