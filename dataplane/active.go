@@ -32,7 +32,8 @@ import (
 // its parked rings at once.
 //
 // Holding rings (hold.go) never park: they wait for another ring's buffers,
-// and their own kicks say nothing about that.
+// and their own kicks say nothing about that. Nor do shaped rings
+// (bandwidth.go): they wait for tokens, and sleepTimeout for them.
 
 const (
 	// parkIdle is how long a ring must have moved nothing before it is
@@ -133,7 +134,7 @@ func (w *worker) parkArmed(i int) {
 	w.active[i], last.at = last, i
 	w.active[len(w.active)-1] = nil
 	w.active = w.active[:len(w.active)-1]
-	a.parked, a.at = true, len(w.parked)
+	a.parked, a.at, a.sweptSince = true, len(w.parked), nanotime()
 	a.swept.Store(w.sweepEvery > 0)
 	w.parked = append(w.parked, a)
 }
@@ -142,7 +143,7 @@ func (w *worker) parkArmed(i int) {
 // and found no work: the worker is going to sleep.
 func (w *worker) parkAllArmed() {
 	for i := len(w.active) - 1; i >= 0; i-- {
-		if w.active[i].hold.rv == nil {
+		if a := w.active[i]; a.hold.rv == nil && a.shapedUntil == 0 {
 			w.parkArmed(i)
 		}
 	}
@@ -160,9 +161,12 @@ func (w *worker) housekeep(now int64) {
 		}
 	}
 	w.checkPokes(now)
+	if len(w.suspects) > 0 {
+		w.judgeSuspects(now)
+	}
 	for i := len(w.active) - 1; i >= 0; i-- {
 		// A busy-polled ring never parks: its guest must never kick.
-		if a := w.active[i]; now-a.lastWork >= parkIdle && a.polling != PollBusy {
+		if a := w.active[i]; now-a.lastWork >= parkIdle && a.polling != PollBusy && a.shapedUntil == 0 {
 			w.park(i)
 		}
 	}
@@ -183,12 +187,53 @@ func (w *worker) sweep(n int, now int64) {
 		}
 		a := w.parked[w.sweepAt]
 		if w.pending(a) {
+			w.suspect(a, now)
 			w.activate(a, now) // the last parked ring takes its place: look at it next
 			continue
 		}
 		w.sweepAt++
 	}
 	w.sweptAt = now
+}
+
+// suspect remembers a parked ring the sweep found with chains waiting:
+// served at once, it is a lost kick (a stall, counted and logged like the
+// watchdog's) only if no kick comes within stallWait. A guest may publish
+// chains and kick a while later (a vCPU descheduled in between): that
+// kick then arrives on the now active ring's eventfd and is counted.
+func (w *worker) suspect(a *assignment, now int64) {
+	if a.suspectAt != 0 || readable(a.tx.KickFD()) {
+		return
+	}
+	a.suspectAt, a.suspectKicks = now, a.tx.Counters.Kicks.Load()
+	w.suspects = append(w.suspects, a)
+}
+
+// stallWait is how long a swept ring's kick may be late before the sweep
+// calls it lost: the watchdog's default bound.
+const stallWait = int64(DefaultStallBound)
+
+// judgeSuspects decides about the swept rings whose stallWait is over.
+func (w *worker) judgeSuspects(now int64) {
+	keep := w.suspects[:0]
+	for _, a := range w.suspects {
+		switch {
+		case a.owner != w || a.suspectAt == 0:
+			a.suspectAt = 0 // moved away: not ours to judge
+		case now-a.suspectAt < stallWait:
+			keep = append(keep, a)
+			continue
+		case readable(a.tx.KickFD()) || a.tx.Counters.Kicks.Load() != a.suspectKicks:
+			a.suspectAt = 0 // the kick came late
+		default:
+			a.tx.Counters.Stalls.Add(1)
+			w.dp.log.Warn("queue stalled: a parked ring had entries waiting and its guest did not kick; the sweep served it",
+				"port", a.port.dev.Name(), "pair", a.pair, "cpu", w.cpu, "after", a.suspectAt-a.sweptSince)
+			a.suspectAt = 0
+		}
+	}
+	clear(w.suspects[len(keep):])
+	w.suspects = keep
 }
 
 // pending reports whether a ring has chains waiting (or has just been

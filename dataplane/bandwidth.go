@@ -31,7 +31,8 @@ type Rate struct {
 	BitsPerSecond uint64 `json:"bitsPerSecond,omitempty"`
 	// BurstBits is how much may pass at once above the rate (the bucket's
 	// depth); 0 takes DefaultBurst of the rate. It is raised to at least
-	// two frames of the port's MTU, and capped at MaxBurstBits.
+	// two frames of the port's MTU and MinBurst of the rate, and capped at
+	// MaxBurstBits.
 	BurstBits uint64 `json:"burstBits,omitempty"`
 }
 
@@ -54,6 +55,11 @@ const (
 // DefaultBurst is the burst of a rate given none: what the rate passes in
 // this many seconds (at least two MTU frames).
 const DefaultBurst = 0.010
+
+// MinBurst is the smallest burst, in seconds of the rate: a worker comes
+// back to a shaped ring with a sleep of whole milliseconds (epoll_wait),
+// and a bucket smaller than that would lose what the rate gave meanwhile.
+const MinBurst = 0.002
 
 // ErrBadRate is a rate limit outside what the dataplane can enforce.
 var ErrBadRate = errors.New("invalid rate limit")
@@ -104,7 +110,8 @@ func newBucket(r Rate, mtu int, now int64) *bucket {
 	if burst == 0 {
 		burst = uint64(float64(r.BitsPerSecond) * DefaultBurst)
 	}
-	burst = min(max(burst, 2*uint64(mtu+ethHeader+vlanTag)*8), MaxBurstBits)
+	floor := max(2*uint64(mtu+ethHeader+vlanTag)*8, uint64(float64(r.BitsPerSecond)*MinBurst))
+	burst = min(max(burst, floor), MaxBurstBits)
 	b := &bucket{rate: r.BitsPerSecond, depth: burst * nanoBits, last: now, limit: r}
 	b.tokens = b.depth
 	return b
@@ -130,17 +137,32 @@ func (b *bucket) refill(now int64) {
 }
 
 // take reports whether a frame of n bytes conforms, and takes its tokens
-// if so (policing: ingress).
+// if so (policing: ingress). A frame larger than the whole bucket (a GSO
+// frame delivered whole to a port with a small burst) conforms when the
+// bucket is full, and leaves it in debt: it is paid back before the next
+// frame passes.
 func (b *bucket) take(n int, now int64) bool {
 	cost := uint64(n) * 8 * nanoBits
 	b.mu.Lock()
 	b.refill(now)
-	ok := b.tokens >= cost
+	ok := b.last <= now && (b.tokens >= cost || b.tokens == b.depth)
 	if ok {
-		b.tokens -= cost
+		b.debit(cost, now)
 	}
 	b.mu.Unlock()
 	return ok
+}
+
+// debit takes cost from the tokens, going into debt (refill resumes
+// later) for what they lack; under mu.
+func (b *bucket) debit(cost uint64, now int64) {
+	if cost <= b.tokens {
+		b.tokens -= cost
+		return
+	}
+	debt := cost - b.tokens
+	b.tokens = 0
+	b.last = max(b.last, now) + int64(debt/b.rate)
 }
 
 // budget returns how many bytes may be sent now (shaping: egress): the
@@ -160,17 +182,9 @@ func (b *bucket) budget(now int64) int64 {
 // last frame was larger than what was left: the refill pays it back
 // before the next budget is positive.
 func (b *bucket) spend(n uint64, now int64) {
-	cost := n * 8 * nanoBits
 	b.mu.Lock()
 	b.refill(now)
-	if cost > b.tokens {
-		// Debt: refill starts from zero tokens later than now.
-		debt := cost - b.tokens
-		b.tokens = 0
-		b.last = now + int64(debt/b.rate)
-	} else {
-		b.tokens -= cost
-	}
+	b.debit(n*8*nanoBits, now)
 	b.mu.Unlock()
 }
 
@@ -218,7 +232,7 @@ func (d *Dataplane) SetBandwidth(name string, bw Bandwidth) error {
 	if !ok {
 		return fmt.Errorf("port %q: %w", name, ErrNoPort)
 	}
-	p.limits.Store(newLimits(bw, p.dev.MTU()))
+	p.setLimits(newLimits(bw, p.dev.MTU()))
 	for _, w := range p.workersNow() {
 		w.wake() // a shaped ring waiting for tokens is served at once
 	}
@@ -245,3 +259,53 @@ func (p *port) workersNow() []*worker {
 	}
 	return out
 }
+
+// setLimits installs l (nil: none), with the ingress bucket where the
+// delivery paths look for it.
+func (p *port) setLimits(l *limits) {
+	p.limits.Store(l)
+	var in *bucket
+	if l != nil {
+		in = l.ingress
+	}
+	p.ingress.Store(in)
+}
+
+// admit polices a frame of n bytes for dst's ingress limit: false drops
+// it, counted at dst. One load and a nil check for a port without one.
+func (w *worker) admit(dst *port, n int) bool {
+	in := dst.ingress.Load()
+	if in == nil || in.take(n, nanotime()) {
+		return true
+	}
+	dst.dev.Vrings()[0].Counters.DropRateLimited.Add(1)
+	return false
+}
+
+// egressBudget returns how many bytes the burst of a, from src, may move
+// (-1: no limit), and the bucket to spend them from; 0 means the bucket is empty: a.shapedUntil says when to
+// come back, and the burst is counted as shaped.
+func (w *worker) egressBudget(a *assignment, src *port, now int64) (int64, *bucket) {
+	l := src.limits.Load()
+	if l == nil || l.egress == nil {
+		return -1, nil
+	}
+	if n := l.egress.budget(now); n > 0 {
+		return n, l.egress
+	}
+	w.shape(a, l.egress, now)
+	return 0, nil
+}
+
+// shape stops a's ring until its port's egress bucket holds a small
+// frame again; the ring stays active meanwhile (its chains wait in it).
+func (w *worker) shape(a *assignment, eg *bucket, now int64) {
+	a.shapedUntil = now + max(eg.wait(minShapedFrame, now), 1)
+	a.lastWork = now
+	a.tx.Counters.Shaped.Add(1)
+}
+
+// minShapedFrame is what the egress bucket must hold before a shaped
+// ring is served again: a small frame, so the worker does not come back
+// for a few bytes at a time.
+const minShapedFrame = 64

@@ -153,6 +153,7 @@ type port struct {
 	dhcp    *dhcpResponder         // nil: DHCP from this port's guest is switched like any frame
 	guard   *guard                 // port security (security.go); a stand-in's is off
 	limits  atomic.Pointer[limits] // rate limits (bandwidth.go); nil: none
+	ingress atomic.Pointer[bucket] // limits' ingress bucket, for the delivery paths
 	// mac is the port's configured MAC (a Key), noKey when none
 	mac uint64
 	// up marks a network's stand-in for its uplink in the MAC table
@@ -372,7 +373,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		return nil, err
 	}
 	p.dev = dev
-	p.limits.Store(newLimits(opt.Bandwidth, dev.MTU()))
+	p.setLimits(newLimits(opt.Bandwidth, dev.MTU()))
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
 	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)

@@ -15,9 +15,13 @@ import (
 // put copies frame behind the header s.hdr (plainHdr but while an offload
 // frame is delivered) into an RX vring of dst, through the burst's RX hold.
 // It returns the vring chosen and how it went: fillNoRoom (uncounted: the
-// caller holds or drops the frame), fillBroken (the ring stopped, or dst
-// had no ready ring: rv nil, counted), or fillDone.
+// caller holds or drops the frame), fillBroken (the ring stopped, dst
+// had no ready ring, or its ingress limit dropped the frame: rv nil,
+// counted), or fillDone.
 func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, res fillResult) {
+	if !w.admit(dst, len(frame)) { // bandwidth.go
+		return nil, fillBroken
+	}
 	// A port with one pair whose ring the burst holds already takes the
 	// frame there: held, the ring cannot stop meanwhile.
 	h := &w.s.rx

@@ -197,8 +197,13 @@ func (w *worker) serveTX(a *assignment) bool {
 	s := &w.s
 	b := &s.b
 	src := a.port
+	now := time.Now().UnixNano()
+	budget, egress := w.egressBudget(a, src, now) // bandwidth.go; -1: no limit
+	if budget == 0 {
+		return false // shaped: the chains wait in the ring
+	}
 	*b = txBurst{a: a, src: src, v: v, q: q, hdrLen: v.HdrLen(),
-		maxFrame: src.dev.MTU() + ethHeader + vlanTag, now: time.Now().UnixNano(),
+		maxFrame: src.dev.MTU() + ethHeader + vlanTag, now: now,
 		discard: discard, direct: !discard && src.net.up == nil,
 		multiPair: len(src.rxReady) > 1, dhcp: src.dhcp != nil, lastSmac: noKey, lastDst: noKey,
 		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil}
@@ -216,7 +221,12 @@ func (w *worker) serveTX(a *assignment) bool {
 	wasHolding := a.hold.rv != nil
 	out := frameDone
 	for left := n; left > 0 && out == frameDone; {
-		k, broken := q.GatherTX(b.hdrLen, s.frames[:left])
+		take := left
+		if budget > 0 {
+			// shaped: as many frames as the budget surely holds, at least one
+			take = min(left, max(1, int(budget/int64(b.maxFrame))))
+		}
+		k, broken := q.GatherTX(b.hdrLen, s.frames[:take])
 		if k > 0 {
 			w.classify(b, k)
 			if w.classified != nil {
@@ -229,6 +239,13 @@ func (w *worker) serveTX(a *assignment) bool {
 			w.breakVring(v, virtq.ErrHeadOutOfRange)
 			break
 		}
+		if budget > 0 && int64(b.bytes) >= budget && left > 0 && out == frameDone {
+			w.shape(a, egress, now)
+			break
+		}
+	}
+	if budget > 0 && b.bytes > 0 {
+		egress.spend(b.bytes, now)
 	}
 	heldFirst := out == frameHeld && s.inHandFirst()
 	s.a, s.txq = nil, nil
@@ -477,8 +494,8 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	h := &s.rx
 	d := s.plan[i].dst
 	to := s.dsts[d]
-	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 {
-		return 0, false // put holds (and refills) first
+	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 || to.ingress.Load() != nil {
+		return 0, false // put holds (and refills) first, and polices (bandwidth.go)
 	}
 	j, longest := i+1, s.frames[i].Len
 	for j < k && s.plan[j].act == actUnicast && s.plan[j].dst == d {
@@ -1032,7 +1049,7 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 	s.inRX = true
 	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
 	if res == fillDone {
-		if n <= maxFrame && n >= s.minLen && r.Err() == nil {
+		if n <= maxFrame && n >= s.minLen && r.Err() == nil && w.admit(dst, n) {
 			if a := s.a; a != nil && a.hold.stalled != nil {
 				a.delivered(dst)
 			}
@@ -1063,6 +1080,9 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 // frame: the walk is bounded again and a frame that came out shorter is
 // not delivered).
 func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, prefix []byte, frameLen int, hash uint32) {
+	if !w.admit(dst, frameLen) { // bandwidth.go
+		return
+	}
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)

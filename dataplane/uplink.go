@@ -811,6 +811,20 @@ func (w *worker) sleepTimeout() int {
 			left = l
 		}
 	}
+	for _, a := range w.active {
+		if a.shapedUntil != 0 { // bandwidth.go
+			l := max(a.shapedUntil-nanotime(), 0)
+			if left < 0 || l < left {
+				left = l
+			}
+		}
+	}
+	if len(w.suspects) > 0 {
+		l := max(stallWait-(nanotime()-w.suspects[0].suspectAt), 0)
+		if left < 0 || l < left {
+			left = l
+		}
+	}
 	if wu := w.up; wu != nil && wu.held.to != nil {
 		l := wu.limit - (nanotime() - wu.held.since)
 		if wu.held.kick < 0 {

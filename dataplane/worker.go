@@ -47,6 +47,14 @@ type assignment struct {
 	// that sweeps its parked rings: that sweep, not the watchdog, finds
 	// its lost kicks.
 	swept atomic.Bool
+	// suspectAt: when the sweep found the parked ring with chains and no
+	// kick (0: it did not), and the ring's kick count then; sweptSince:
+	// when it parked (active.go)
+	suspectAt, sweptSince int64
+	suspectKicks          uint64
+	// shapedUntil: the port's egress limit stopped the ring until then
+	// (bandwidth.go); 0: not shaped. The ring stays active, unarmed.
+	shapedUntil int64
 }
 
 // assignments is a worker's list, with the most demanding polling mode
@@ -129,7 +137,8 @@ type worker struct {
 	sweepEvery int64 // ns: sweepInterval, or Config.parkedSweep; <= 0: no sweep
 	hkAt       int64 // ns: the last housekeeping
 	poked      atomic.Bool
-	activeN    atomic.Int32 // len(active), for stats
+	activeN    atomic.Int32  // len(active), for stats
+	suspects   []*assignment // swept rings whose kick may have been lost (active.go)
 }
 
 const wakeToken = -1
@@ -356,6 +365,12 @@ func nanotime() int64 { return time.Now().UnixNano() }
 func (w *worker) pass() (worked bool) {
 	w.sync()
 	for _, a := range w.active {
+		if a.shapedUntil != 0 {
+			if nanotime() < a.shapedUntil {
+				continue
+			}
+			a.shapedUntil = 0
+		}
 		w.s.start = 0
 		if !w.serveSafely(a) {
 			continue
@@ -411,6 +426,9 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 func (w *worker) arm() (more bool) {
 	w.sync()
 	for _, a := range w.active {
+		if a.shapedUntil != 0 {
+			continue // its chains wait for tokens, not a kick: sleepTimeout
+		}
 		if a.hold.rv != nil {
 			// its next chain waits for the destination: wait for that
 			// ring's kick instead (hold.go)
@@ -457,6 +475,9 @@ func (w *worker) sleep(timeout int) {
 	w.checkPokes(now)
 	if w.sweepEvery > 0 && now-w.sweptAt >= w.sweepEvery {
 		w.sweep(len(w.parked), now)
+	}
+	if len(w.suspects) > 0 {
+		w.judgeSuspects(now)
 	}
 	w.activeN.Store(int32(len(w.active)))
 }
