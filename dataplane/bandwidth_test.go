@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
 func TestBandwidthValidate(t *testing.T) {
@@ -161,5 +162,68 @@ func TestIngressPoliced(t *testing.T) {
 	sent := portStats(t, d, "a").Queues[0].TxPackets
 	if q.Drops.RateLimited == 0 || q.Drops.RateLimited+q.RxPackets > sent {
 		t.Errorf("b: %d frames received, %d rate-limited, of %d sent", q.RxPackets, q.Drops.RateLimited, sent)
+	}
+}
+
+// TestFairShare: a guest sending jumbo frames and one sending small
+// frames share a worker: in one pass the jumbo ring moves about a quantum
+// (not 32 frames of 9000 bytes), the small ring all of its 32, and over
+// later passes the jumbo ring gets its bytes' share, not more.
+func TestFairShare(t *testing.T) {
+	d := newDataplane(t, 0)
+	add := func(name string, mac [6]byte) string {
+		s := sockPath(t, name)
+		if err := d.AddPort(netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: 9000, MAC: mac[:]},
+			PortOptions{Polling: PollAdaptive}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	macJ, macS := [6]byte{0x52, 0x54, 0, 0, 2, 1}, [6]byte{0x52, 0x54, 0, 0, 2, 2}
+	cfg := frontend.Config{QueueSize: 256, TxBufSize: 9100, RxBufSize: 9100, RxPoll: true}
+	jf, sf, bf := dial(t, add("j", macJ), cfg), dial(t, add("s", macS), cfg), dial(t, add("b", macB), cfg)
+	for _, g := range []struct {
+		f   *frontend.Frontend
+		mac [6]byte
+	}{{jf, macJ}, {sf, macS}, {bf, macB}} {
+		if err := g.f.Send(0, broadcastFrom(g.mac)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the three greetings switched", func() bool { return portStats(t, d, "b").Queues[0].RxPackets == 2 })
+	time.Sleep(20 * time.Millisecond)
+	for _, f := range []*frontend.Frontend{jf, sf, bf} {
+		f.RecvAll(0, 0)
+		f.ReclaimTx(0)
+	}
+	w := d.workers[0]
+	w.halt()
+	jumbo := udpFrame(macB, macJ, 1, 2, make([]byte, 9000-42))
+	small := udpFrame(macB, macS, 3, 4, make([]byte, 64-42))
+	for range 32 {
+		if err := jf.Send(0, jumbo); err != nil {
+			t.Fatal(err)
+		}
+		if err := sf.Send(0, small); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j0, s0 := portStats(t, d, "j").Queues[0].TxBytes, portStats(t, d, "s").Queues[0].TxPackets
+	w.pass()
+	jb := portStats(t, d, "j").Queues[0].TxBytes - j0
+	sp := portStats(t, d, "s").Queues[0].TxPackets - s0
+	t.Logf("one pass: the jumbo ring moved %d bytes (%d frames), the small ring %d frames", jb, jb/9000, sp)
+	if jb > fairQuantum+9000 || jb < fairQuantum-9000 {
+		t.Errorf("the jumbo ring moved %d bytes in one pass, want its quantum %d (± one frame)", jb, fairQuantum)
+	}
+	if sp != 32 {
+		t.Errorf("the small ring moved %d of its 32 frames in the pass", sp)
+	}
+	for range 10 {
+		w.pass()
+		bf.RecvAll(0, 0)
+	}
+	if got := portStats(t, d, "j").Queues[0].TxPackets; got < 32 {
+		t.Errorf("the jumbo ring moved %d of its 32 frames over 11 passes: its turn did not come back", got)
 	}
 }

@@ -146,6 +146,7 @@ type txBurst struct {
 	lastDst   uint64 // the destination last looked up (a Key), its port and its index in scratch.dsts
 	lastTo    *port
 	lastIdx   uint8
+	limit     int64     // bytes the burst may move (fair share, egress limit)
 	guard     guardMode // src's port security
 	mac       uint64    // the source address src's frames must carry (a Key); noKey: none claimed yet
 	ip4       uint32    // src's one allowed IPv4 source (guardIP) as a little-endian load reads it, 0 when it has none or several: checked inline
@@ -163,7 +164,15 @@ const (
 	frameDone   frameOutcome = iota // switched, dropped or counted: next frame
 	frameHeld                       // held for a full destination: the burst ends (hold.go)
 	frameBroken                     // the TX ring broke: the burst ends
+	frameSpent                      // the burst moved its fair share or what the egress limit allows: the rest waits
 )
+
+// fairQuantum is how many bytes a TX ring may move per pass when others
+// on its worker have work too (deficit round robin): 32 frames of 1500
+// bytes fit, a guest sending 64 KiB GSO frames or jumbo frames moves
+// about one quantum's worth per pass instead of 32 frames, and what a
+// burst takes beyond it (up to one gather) is owed from its next turns.
+const fairQuantum = 64 << 10
 
 // serveTX forwards one burst from a TX vring and reports whether there was
 // work. Per frame: take the chain; a direct chain (virtq/direct.go)
@@ -202,11 +211,22 @@ func (w *worker) serveTX(a *assignment) bool {
 	if budget == 0 {
 		return false // shaped: the chains wait in the ring
 	}
+	// Fair share (deficit round robin in bytes): the burst may move a
+	// quantum less what earlier bursts took beyond theirs.
+	limit := a.deficit + fairQuantum
+	if limit <= 0 {
+		a.deficit = limit
+		return true // its turn comes back next pass
+	}
+	shaping := budget > 0 && budget < limit
+	if shaping {
+		limit = budget
+	}
 	*b = txBurst{a: a, src: src, v: v, q: q, hdrLen: v.HdrLen(),
 		maxFrame: src.dev.MTU() + ethHeader + vlanTag, now: now,
 		discard: discard, direct: !discard && src.net.up == nil,
 		multiPair: len(src.rxReady) > 1, dhcp: src.dhcp != nil, lastSmac: noKey, lastDst: noKey,
-		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil}
+		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil, limit: limit}
 	if b.guard = src.guard.mode; b.guard != guardOff {
 		b.mac = src.guard.burstMAC(src.dev.Connects())
 		if len(src.guard.v4) == 1 {
@@ -221,10 +241,10 @@ func (w *worker) serveTX(a *assignment) bool {
 	wasHolding := a.hold.rv != nil
 	out := frameDone
 	for left := n; left > 0 && out == frameDone; {
+		// as many frames as the limit surely holds, at least one
 		take := left
-		if budget > 0 {
-			// shaped: as many frames as the budget surely holds, at least one
-			take = min(left, max(1, int(budget/int64(b.maxFrame))))
+		if rest := limit - int64(b.bytes); rest < int64(left*b.maxFrame) {
+			take = min(left, max(1, int(rest/int64(b.maxFrame))))
 		}
 		k, broken := q.GatherTX(b.hdrLen, s.frames[:take])
 		if k > 0 {
@@ -239,14 +259,17 @@ func (w *worker) serveTX(a *assignment) bool {
 			w.breakVring(v, virtq.ErrHeadOutOfRange)
 			break
 		}
-		if budget > 0 && int64(b.bytes) >= budget && left > 0 && out == frameDone {
-			w.shape(a, egress, now)
-			break
+		if int64(b.bytes) >= limit && left > 0 && out == frameDone {
+			out = frameSpent
 		}
 	}
-	if budget > 0 && b.bytes > 0 {
+	if out == frameSpent && shaping {
+		w.shape(a, egress, now)
+	}
+	if egress != nil && b.bytes > 0 {
 		egress.spend(b.bytes, now)
 	}
+	a.deficit = min(0, a.deficit+fairQuantum-int64(b.bytes))
 	heldFirst := out == frameHeld && s.inHandFirst()
 	s.a, s.txq = nil, nil
 	if s.held {
@@ -432,7 +455,11 @@ func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 				return out
 			}
 		case actWalk:
-			if out := w.txWalk(b, f.Head); out != frameDone {
+			out := w.txWalk(b, f.Head)
+			if out == frameDone && int64(b.bytes) >= b.limit && i+1 < len(plan) {
+				out = frameSpent // a walked frame may be a 64 KiB GSO frame: the limit is checked after each
+			}
+			if out != frameDone {
 				q.Unpop(k - 1 - i)
 				s.k = 0
 				return out

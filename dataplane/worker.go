@@ -55,6 +55,9 @@ type assignment struct {
 	// shapedUntil: the port's egress limit stopped the ring until then
 	// (bandwidth.go); 0: not shaped. The ring stays active, unarmed.
 	shapedUntil int64
+	// deficit is what the ring's bursts took beyond their fair share
+	// (negative or zero bytes: forward.go); the serving worker's only
+	deficit int64
 }
 
 // assignments is a worker's list, with the most demanding polling mode
