@@ -202,11 +202,18 @@ func (w *worker) sweep(n int, now int64) {
 // chains and kick a while later (a vCPU descheduled in between): that
 // kick then arrives on the now active ring's eventfd and is counted.
 func (w *worker) suspect(a *assignment, now int64) {
-	if a.suspectAt != 0 || readable(a.tx.KickFD()) {
+	if a.suspectAt != 0 || kickPending(a) {
 		return
 	}
 	a.suspectAt, a.suspectKicks = now, a.tx.Counters.Kicks.Load()
 	w.suspects = append(w.suspects, a)
+}
+
+// kickPending reports whether a's kick eventfd has a kick to read.
+func kickPending(a *assignment) bool {
+	a.tx.Lock()
+	defer a.tx.Unlock()
+	return readable(a.tx.KickFD())
 }
 
 // stallWait is how long a swept ring's kick may be late before the sweep
@@ -223,7 +230,7 @@ func (w *worker) judgeSuspects(now int64) {
 		case now-a.suspectAt < stallWait:
 			keep = append(keep, a)
 			continue
-		case readable(a.tx.KickFD()) || a.tx.Counters.Kicks.Load() != a.suspectKicks:
+		case kickPending(a) || a.tx.Counters.Kicks.Load() != a.suspectKicks:
 			a.suspectAt = 0 // the kick came late
 		default:
 			a.tx.Counters.Stalls.Add(1)

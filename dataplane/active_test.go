@@ -104,13 +104,14 @@ func TestIdleRingsPark(t *testing.T) {
 			defer func() { close(stop); wg.Wait() }()
 			waitFor(t, "the idle rings to park", func() bool { return r.w.activeN.Load() <= 2 })
 			before := portStats(t, r.d, "c5").Queues[0].Kicks
-			frame := udpFrame(macB, r.macsC[5], 7, 7, []byte("from a parked ring"))
+			// to a: the traffic goroutine drains b, a only sends
+			frame := udpFrame(macA, r.macsC[5], 7, 7, []byte("from a parked ring"))
 			if err := r.idle[5].Send(0, frame); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(2 * time.Second)
 			for {
-				got, err := r.b.Recv(0, time.Until(deadline))
+				got, err := r.a.Recv(0, time.Until(deadline))
 				if err != nil {
 					t.Fatalf("the parked ring's frame did not arrive: %v (active rings %d)", err, r.w.activeN.Load())
 				}
