@@ -37,7 +37,10 @@
 #   exactly the pod's 4 allocated slots (VHOSTMQ_QUEUE_SLOTS of the compute
 #   container), connected, 4 pairs enabled; the domain's vhost-user
 #   interface has queues=4 (virsh in the compute container); vm2 likewise
-#   with 2; vm2 pings vm1 and iperf3 runs both ways; port security: vm2's
+#   with 2; vm2 pings vm1 and iperf3 runs both ways; rate limits: vm2 carries
+#   kubernetes.io/{ingress,egress}-bandwidth: 100M, its port has them as
+#   limits and both iperf3 directions stay under 100 Mbit/s (+5 %), with
+#   bursts shaped and frames policed at its port; port security: vm2's
 #   pings to vm1 from a MAC not its VMI's get no reply and are counted as
 #   spoofed at its port (none at vm1's), its own before and after are
 #   answered; every one of vm1's 4
@@ -301,7 +304,11 @@ metadata:
 EOF
 
 # ------------------------------------------------------------------ VMs
-# vm NAME CORES MEMORY KERNEL_ARGS: deploy/examples/vm.yaml for the test bed
+# vm2's rate limit both ways (#27): its iperf3 runs are held to it
+VM2_RATE=100M VM2_BPS=100000000
+# vm NAME CORES MEMORY KERNEL_ARGS [RATE]: deploy/examples/vm.yaml for the
+# test bed; RATE (a Kubernetes quantity) limits the VM both ways with the
+# annotations kubernetes.io/{ingress,egress}-bandwidth, as a user writes them
 vm() {
     cat <<EOF
 apiVersion: kubevirt.io/v1
@@ -314,7 +321,9 @@ spec:
   template:
     metadata:
       annotations:
-        vhostmq.io/polling: adaptive
+        vhostmq.io/polling: adaptive${5:+
+        kubernetes.io/ingress-bandwidth: "$5"
+        kubernetes.io/egress-bandwidth: "$5"}
     spec:
       # test bed only: the project's guest has no ACPI power-button
       # handler, so a delete would wait out KubeVirt's grace period
@@ -417,13 +426,14 @@ slots_of() {
 }
 port_of() { ctl -o json port list | jq -c --arg p "${POD[$1]}" '[.ports[] | select(.labels["k8s.pod.name"] == $p)]'; }
 
-# boot_vm VM CORES MEMORY QUEUES KERNEL_ARGS: create, wait, check pod, guest, port
+# boot_vm VM CORES MEMORY QUEUES KERNEL_ARGS [RATE]: create, wait, check pod,
+# guest, port
 boot_vm() {
-    local vm=$1 cores=$2 mem=$3 q=$4 args=$5 t0 p slots pslots
+    local vm=$1 cores=$2 mem=$3 q=$4 args=$5 rate=${6:-} t0 p slots pslots
     step "$vm: $cores vCPUs, networkInterfaceMultiqueue, vhostmq NIC"
     t0=$(vmq_now)
     T[${vm}_t0]=$t0
-    vm "$vm" "$cores" "$mem" "$args" | k apply -f - >/dev/null
+    vm "$vm" "$cores" "$mem" "$args" "$rate" | k apply -f - >/dev/null
     if ! vmqc_poll 120 0.5 launcher "$vm" >/dev/null; then
         fail "$vm: virt-launcher pod created"
         return 1
@@ -498,7 +508,7 @@ domain_queues() {
 
 boot_vms() {
     boot_vm vm1 4 1Gi 4 "vmq.ip=10.0.0.1/24 vmq.queues=4 vmq.role=server vmq.carrierwatch=1" || true
-    boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,spoof,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5 vmq.carrierwatch=1 vmq.victim=10.0.0.9 vmq.victimmac=02:00:00:00:00:99" || true
+    boot_vm vm2 2 512Mi 2 "vmq.ip=10.0.0.2/24 vmq.peer=10.0.0.1 vmq.queues=2 vmq.role=client,spoof,pinger vmq.interval=0.2 vmq.pings=10 vmq.streams=16 vmq.time=5 vmq.carrierwatch=1 vmq.victim=10.0.0.9 vmq.victimmac=02:00:00:00:00:99" "$VM2_RATE" || true
 }
 # guest_stalled VM: the guest's kernel reports a CPU that stopped taking
 # its timer (an RCU stall, "timer wakeup didn't happen"). Seen with the
@@ -553,7 +563,25 @@ if [[ -n ${POD[vm2]:-} ]] && wait_console vm2 '^VHOSTMQ-RESULT reach ' 150; then
         T[iperf_$d]=${gbps:-none}
         check "iperf3 $d (vm2 $([[ $d == forward ]] && echo '->' || echo '<-') vm1, -P 16): ${gbps:-?} Gbit/s" \
             awk -v g="${gbps:-0}" -v l="$line" 'BEGIN { exit !(g > 0 && l ~ / rc=0 /) }'
+        # vm2's annotations limit it both ways: forward is its egress
+        # (shaped), reverse its ingress (policed); iperf3 counts TCP
+        # payload, below the Ethernet bytes the limit counts
+        check "iperf3 $d held to vm2's $VM2_RATE $([[ $d == forward ]] && echo egress || echo ingress) limit: ${gbps:-?} Gbit/s <= $VM2_BPS bits/s + 5 %" \
+            awk -v g="${gbps:-0}" -v l="$VM2_BPS" 'BEGIN { exit !(g > 0 && g * 1e9 <= l * 1.05) }'
     done
+    # the port carries the VMI's annotations as limits, and enforced them
+    bw_of() { # VM: "ingress egress" bits/s of its port
+        jq -r '.[0].bandwidth // {} | "\(.ingress.bits_per_second // 0) \(.egress.bits_per_second // 0)"' <<<"$(port_of "$1")"
+    }
+    limited_of() { # VM: "shaped rate_limited" counts of its port
+        ctl -o json stats --interval 0 | jq -r --arg id "$(jq -r '.[0].id // ""' <<<"${PORT[$1]:-[]}")" \
+            '[.ports[] | select(.id == $id) | .queues[]] | "\(map(.shaped) | add // 0) \(map(.drops.rate_limited) | add // 0)"'
+    }
+    check "vm2's port has the VMI's bandwidth annotations as its limits (ingress egress: $(bw_of vm2)), vm1's none ($(bw_of vm1))" \
+        test "$(bw_of vm2)/$(bw_of vm1)" = "$VM2_BPS $VM2_BPS/0 0"
+    read -r shaped policed <<<"$(limited_of vm2)"
+    check "vm2's port shaped its egress ($shaped bursts waited) and policed its ingress ($policed frames dropped as rate_limited)" \
+        test "$((shaped > 0)) $((policed > 0))" = "1 1"
 else
     fail "vm2 reports whether vm1 is reachable"
 fi
@@ -974,7 +1002,7 @@ echo "===== real KubeVirt $KV_VERSION + vhostmq ($(cat "$VMKV_RUN/timings" 2>/de
 for vm in vm1 vm2; do
     echo "$vm: launcher pod ${T[${vm}_pod]:--} s, VMI Running ${T[${vm}_running]:--} s, guest boot line ${T[${vm}_boot]:--} s, link up ${T[${vm}_link]:--} s (after create)${T[guest_stalls]:+; VMs created again after a guest CPU stall: ${T[guest_stalls]}}"
 done
-echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG)"
+echo "vm2 created -> its guest reaches vm1 (ping answered): ${T[ping]:--} s; iperf3 -P 16 forward ${T[iperf_forward]:--} / reverse ${T[iperf_reverse]:--} Gbit/s (TCG; vm2 limited to $VM2_RATE both ways)"
 echo "delete -> launcher pods gone ${T[pods_gone]:--} s, allocations reclaimed ${T[reclaim]:--} s"
 ((TWO_NODES)) && echo "live migration of vm3 to $VMQC_NODE2 while it received ${MIG_MB} MiB: ${T[mig]:--} s from the migration object to Succeeded, migration window ${T[mig_window]:--} s, downtime ${T[mig_downtime]:--} (libvirt), ${T[mig_data]:--} moved, vm4's pings every 10 ms: longest run lost ${T[mig_lost]:--}, longest round trip ${T[mig_rtt]:--} ms"
 echo "helm upgrade to a rebuilt image: ${T[upgrade]:--} s until both ports were back; ${T[upgrade_handoff]:-no handoff}; vm2's pings (every 0.2 s): ${T[upgrade_lost]:--} lost, longest round trip ${T[upgrade_rtt]:--} ms, longest gap ${T[upgrade_gap]:--} s"
