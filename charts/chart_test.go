@@ -2,6 +2,7 @@ package charts
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -192,6 +193,39 @@ func rule(groups, resources, verbs, names []string) rbacv1.PolicyRule {
 }
 
 func s(v ...string) []string { return v }
+
+// The NAD declares the CNI bandwidth capability (so that Multus hands the
+// runtime's runtimeConfig.bandwidth to the plugin) unless told not to.
+func TestNADBandwidthCapability(t *testing.T) {
+	for _, tc := range []struct {
+		set  string
+		want bool
+	}{{"", true}, {"networkAttachmentDefinition.bandwidthCapability=false", false}} {
+		var sets []string
+		if tc.set != "" {
+			sets = append(sets, tc.set)
+		}
+		r := mustRender(t, sets...)
+		var conf struct {
+			Capabilities map[string]bool `json:"capabilities"`
+		}
+		found := false
+		for _, m := range r.objs {
+			if m["kind"] != "NetworkAttachmentDefinition" {
+				continue
+			}
+			spec, _ := m["spec"].(map[string]any)
+			s, _ := spec["config"].(string)
+			if err := json.Unmarshal([]byte(s), &conf); err != nil {
+				t.Fatalf("%q: the NAD's config: %v\n%s", tc.set, err, s)
+			}
+			found = true
+		}
+		if !found || conf.Capabilities["bandwidth"] != tc.want || !conf.Capabilities["deviceID"] || !conf.Capabilities["CNIDeviceInfoFile"] {
+			t.Errorf("%q: NAD rendered %v, capabilities %v; want bandwidth %v beside deviceID and CNIDeviceInfoFile", tc.set, found, conf.Capabilities, tc.want)
+		}
+	}
+}
 
 func TestCNITokenRights(t *testing.T) {
 	r := mustRender(t)

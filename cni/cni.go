@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
@@ -196,10 +197,16 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		return nil, err
 	}
 	var ps podSettings
+	var annotations map[string]string
 	if pv != nil {
-		if ps, err = parseAnnotations(pv.pod.Annotations); err != nil {
+		annotations = pv.pod.Annotations
+		if ps, err = parseAnnotations(annotations); err != nil {
 			return nil, err
 		}
+	}
+	bw, err := portBandwidth(conf, annotations)
+	if err != nil {
+		return nil, err
 	}
 	set, err := findSlots(conf, pod)
 	if err != nil {
@@ -288,6 +295,7 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		Uplink:      conf.Uplink,
 		Dhcp:        *conf.DHCP,
 		Reservation: set.reservation,
+		Bandwidth:   bw,
 		Labels: map[string]string{
 			LabelContainerID: args.ContainerID,
 			LabelIfName:      args.IfName,
@@ -606,6 +614,10 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return mismatch("slots", got.GetSlots(), want.Slots)
 	case got.PortSecurityOn() != want.PortSecurityOn():
 		return mismatch("port_security", got.PortSecurityOn(), want.PortSecurityOn())
+	case !proto.Equal(got.GetBandwidth(), want.Bandwidth):
+		// vhostmqctl port bandwidth changed it since, or the annotations
+		// did (they are read at ADD only).
+		return mismatch("bandwidth", bandwidthString(got.GetBandwidth()), bandwidthString(want.Bandwidth))
 	}
 	// A port without a network was made by a plugin from before networks
 	// (this one always names it): it keeps working as it was made.

@@ -122,6 +122,9 @@ type RuntimeConfig struct {
 	DeviceID          string `json:"deviceID,omitempty"`
 	CNIDeviceInfoFile string `json:"CNIDeviceInfoFile,omitempty"`
 	MAC               string `json:"mac,omitempty"`
+	// Bandwidth is the bandwidth capability's BandwidthEntry (bandwidth.go),
+	// read by ADD and CHECK only: a DEL always gets through.
+	Bandwidth json.RawMessage `json:"bandwidth,omitempty"`
 }
 
 func configError(format string, args ...any) *types.Error {

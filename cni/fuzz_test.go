@@ -2,9 +2,13 @@ package cni
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
+	"github.com/vhostmq/vhostmq/internal/bandwidth"
 )
 
 // FuzzLoadConf: any configuration either loads with its invariants or is
@@ -55,6 +59,41 @@ func FuzzParseAnnotations(f *testing.F) {
 		}
 		if s.queues < 1 || s.queues > maxQueuePairs {
 			t.Fatalf("queues %d accepted from %q", s.queues, q)
+		}
+	})
+}
+
+// FuzzBandwidth: the rate limits come from the pod's author (the
+// kubernetes.io annotations, a network entry's "bandwidth" through
+// Multus); a limit is accepted only within the dataplane's bounds, and a
+// refusal is a CNI error naming the annotation or the field.
+func FuzzBandwidth(f *testing.F) {
+	f.Add("100M", "1G", []byte(`{"ingressRate":100000000,"ingressBurst":4294967295}`))
+	f.Add("2k", "", []byte(`{"egressBurst":1}`))
+	f.Add("1.5e9", "-1", []byte(`{"egressRate":-5}`))
+	f.Add("100m", "1P", []byte(`null`))
+	f.Fuzz(func(t *testing.T, ingress, egress string, raw []byte) {
+		inBounds := func(b *agentv1.Bandwidth) {
+			for _, r := range []*agentv1.Rate{b.GetIngress(), b.GetEgress()} {
+				if v := r.GetBitsPerSecond(); v == 0 && r.GetBurstBits() != 0 || v != 0 && (v < agentv1.MinBitsPerSecond || v > agentv1.MaxBitsPerSecond) {
+					t.Fatalf("accepted %v", b)
+				}
+			}
+		}
+		b, err := portBandwidth(&NetConf{}, map[string]string{bandwidth.AnnotationIngress: ingress, bandwidth.AnnotationEgress: egress})
+		var te *types.Error
+		switch {
+		case err == nil:
+			inBounds(b)
+		case !errors.As(err, &te) || te.Code != ErrBadAnnotation || !strings.HasPrefix(te.Msg, "pod annotation kubernetes.io/"):
+			t.Fatalf("annotations %q, %q: error %v", ingress, egress, err)
+		}
+		b, _, err = parseRuntimeBandwidth(raw)
+		switch {
+		case err == nil:
+			inBounds(b)
+		case !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig || !strings.HasPrefix(te.Msg, "runtimeConfig.bandwidth"):
+			t.Fatalf("runtimeConfig.bandwidth %q: error %v", raw, err)
 		}
 	})
 }

@@ -197,7 +197,7 @@ got=$(complete_bash vhostmqctl --socket "$API" stats vm-blue vm-g)
 check_eq() { if [[ $2 == "$3" ]]; then vmq_ok "$1: $2"; else vmq_fail "$1: '$2', want '$3'"; fi; }
 check_eq "bash completion: 'stats vm-blue vm-g<TAB>'" "$got" vm-green
 check_eq "bash completion: 'port list -o <TAB>'" "$(complete_bash vhostmqctl port list -o "")" "json table wide"
-check_eq "bash completion: 'port <TAB>'" "$(complete_bash vhostmqctl port "")" "add del list show"
+check_eq "bash completion: 'port <TAB>'" "$(complete_bash vhostmqctl port "")" "add bandwidth del list show"
 got=$(PATH=$CPATH fish --no-config -c "source $WORK/completion/vhostmqctl.fish; complete -C 'vhostmqctl --socket $API port del '" 2>&1 |
     awk '{ print $1 }' | sort | paste -sd' ')
 check_eq "fish completion ($(fish --version 2>&1 | awk '{ print $NF }')): 'vhostmqctl --socket API port del <TAB>'" "$got" "$IDS"

@@ -162,6 +162,8 @@ func staticSpec(p *config.Port) *agentv1.PortSpec {
 	// Port security: the agent takes the allowed IPs from ip.addresses,
 	// host prefixes here (no DHCP for static ports).
 	s.PortSecurity = p.PortSecurity
+	bw, _ := p.Limits() // validated by config.Load
+	s.Bandwidth = agent.BandwidthSpec(bw)
 	addrs, _ := p.Addrs() // validated by config.Load
 	if len(addrs) > 0 {
 		s.Ip = &agentv1.IPConfig{}

@@ -271,7 +271,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		cpus = append(cpus, s.cpu)
 	}
 	opt := dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling), Network: spec.Network, VLAN: int(spec.Vlan),
-		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP, Security: security(spec)}
+		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP, Security: security(spec), Bandwidth: limitsOf(spec.Bandwidth)}
 	if spec.Dhcp {
 		if opt.DHCP, err = leaseOf(spec); err != nil {
 			return nil, err // validated above: not reached
@@ -309,6 +309,7 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		}
 	}
 	a.log.Info("port created", "port", spec.Id, "socket", spec.SocketPath, "role", spec.Role.String(), "queuePairs", spec.QueuePairs, "slots", slotIDs(slots))
+	a.noteCappedBursts(spec.Id, spec.Bandwidth)
 	return a.portLocked(r), nil
 }
 

@@ -1,48 +1,27 @@
 package agent
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/vhostmq/vhostmq/dataplane/netdev"
 )
 
-// Metric label names; pod labels come from the port's k8s.pod.* labels.
+// The node's metrics, read at scrape time by collector. The ports' are in
+// portmetrics.go.
 var (
-	queueLabels = []string{"port", "queue", "slot", "cpu", "namespace", "pod"}
-	portLabels  = []string{"port", "namespace", "pod"}
-)
-
-func desc(name, help string, labels []string) *prometheus.Desc {
-	return prometheus.NewDesc("vhostmq_"+name, help, labels, nil)
-}
-
-var (
-	descPackets   = desc("queue_packets_total", "Frames through a queue pair; direction rx is toward the guest, tx from it.", append(queueLabels, "direction"))
-	descBytes     = desc("queue_bytes_total", "Frame bytes through a queue pair.", append(queueLabels, "direction"))
-	descDrops     = desc("queue_drops_total", "Frames dropped, by reason.", append(queueLabels, "reason"))
-	descKicks     = desc("queue_kicks_total", "Guest notifications (kick eventfd wake-ups) received.", queueLabels)
-	descCalls     = desc("queue_calls_total", "Guest interrupts (call eventfd writes) sent.", queueLabels)
-	descQBusy     = desc("queue_busy_seconds_total", "Worker time spent moving this pair's guest TX.", queueLabels)
-	descQBursts   = desc("queue_bursts_total", "Bursts that moved this pair's guest TX; busy seconds over bursts is the cost per burst.", queueLabels)
-	descStalls    = desc("queue_stalls_total", "Times the stall watchdog found this pair's guest TX ring with entries its worker could have taken and did not, and served it again.", queueLabels)
-	descHeld      = desc("queue_held_total", "Frames for this pair's guest that found its RX ring full and waited at their source instead of being dropped.", queueLabels)
-	descHoldExp   = desc("queue_hold_expired_total", "Held frames for this pair's guest dropped after the hold bound (also counted as drops, reason rx_no_buffer).", queueLabels)
 	descMoves     = desc("rebalance_moves_total", "Queue pairs the rebalancer moved to another worker.", nil)
-	descEnabled   = desc("queue_enabled", "1 when both rings of the pair can carry traffic.", queueLabels)
-	descConnected = desc("port_connected", "1 while a vhost-user frontend is attached.", portLabels)
-	descConnects  = desc("port_connects_total", "vhost-user sessions since the port was created (reconnects + 1).", portLabels)
-	descFaults    = desc("port_faults_total", "Sessions ended because the frontend took back memory it shared (a fault in guest_memory or the dirty_log); the port serves its next frontend.", append(portLabels, "reason"))
-	descSealed    = desc("port_memory_sealed", "1 when the session's memory and dirty log are sealed against shrinking (F_SEAL_SHRINK): the frontend cannot take them back.", portLabels)
 	descWBusy     = desc("worker_busy_seconds_total", "Time the worker spent moving frames; its rate is the busy ratio.", []string{"cpu"})
 	descWHealthy  = desc("worker_healthy", "1 when the worker is running and its CPU usable.", []string{"cpu"})
 	descSlots     = desc("slots", "Queue slots on this node, by state.", []string{"state"})
@@ -50,90 +29,31 @@ var (
 	descUpPackets = desc("uplink_packets_total", "Frames through the uplink; direction rx is from it, tx toward it.", append(uplinkLabels, "direction"))
 	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
 	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
-	descDHCP      = desc("dhcp_messages_total", "DHCP messages of a port's guest answered by the dataplane, by type (malformed: dropped; ignored: not ours to answer).", append(portLabels, "type"))
-	descOffload   = desc("queue_offload_frames_total", "Frames with offload metadata delivered to the pair's guest: gso_whole (a GSO frame passed whole), gso_segmented (a GSO frame segmented in software), csum_software (a partial checksum completed in software).", append(queueLabels, "offload"))
 	descUpOffload = desc("uplink_offload_frames_total", "Guest frames with offload metadata sent to the uplink: gso_whole (into the tap whole), gso_segmented and csum_software (done in software, af_xdp).", append(uplinkLabels, "offload"))
 	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (tap: its tap and bridge exist and are up; af_xdp: its NIC is up and runs the XDP program).", uplinkLabels)
 )
 
-// collector reads the counters at scrape time; nothing is kept twice.
+func desc(name, help string, labels []string) *prometheus.Desc {
+	return prometheus.NewDesc("vhostmq_"+name, help, labels, nil)
+}
+
+// collector reads the node's counters at scrape time; nothing is kept
+// twice. Their number does not grow with the ports.
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descDrops, descKicks, descCalls, descQBusy, descQBursts, descStalls, descHeld, descHoldExp, descMoves, descEnabled,
-		descConnected, descConnects, descFaults, descSealed, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descDHCP, descOffload, descUpOffload} {
+	for _, d := range []*prometheus.Desc{descMoves, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descUpOffload} {
 		ch <- d
 	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
-	resp, err := a.Stats(nil)
-	if err != nil {
-		return
-	}
 	counter := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	for _, p := range resp.Ports {
-		ns, pod := p.Labels["k8s.pod.namespace"], p.Labels["k8s.pod.name"]
-		gauge(descConnected, b2f(p.Connected), p.Id, ns, pod)
-		ps, psOK := a.dp.PortStats(p.Id)
-		if psOK && ps.DHCP != nil {
-			d := ps.DHCP
-			for _, m := range []struct {
-				typ string
-				v   uint64
-			}{{"discover", d.Discovers}, {"request", d.Requests}, {"decline", d.Declines}, {"release", d.Releases},
-				{"inform", d.Informs}, {"offer", d.Offers}, {"ack", d.Acks}, {"nak", d.Naks},
-				{"malformed", d.Malformed}, {"ignored", d.Ignored}} {
-				counter(descDHCP, float64(m.v), p.Id, ns, pod, m.typ)
-			}
-		}
-		counter(descConnects, float64(p.Connects), p.Id, ns, pod)
-		if psOK {
-			counter(descFaults, float64(ps.Faults.GuestMemory), p.Id, ns, pod, string(netdev.FaultGuestMemory))
-			counter(descFaults, float64(ps.Faults.DirtyLog), p.Id, ns, pod, string(netdev.FaultDirtyLog))
-			if p.Connected {
-				gauge(descSealed, b2f(ps.Memory.Sealed()), p.Id, ns, pod)
-			}
-		}
-		for _, q := range p.Queues {
-			l := []string{p.Id, strconv.Itoa(int(q.Pair)), q.Slot, strconv.Itoa(int(q.Cpu)), ns, pod}
-			counter(descPackets, float64(q.Rx.Packets), append(l, "rx")...)
-			counter(descPackets, float64(q.Tx.Packets), append(l, "tx")...)
-			counter(descBytes, float64(q.Rx.Bytes), append(l, "rx")...)
-			counter(descBytes, float64(q.Tx.Bytes), append(l, "tx")...)
-			d := q.Drops
-			for _, r := range []struct {
-				reason string
-				v      uint64
-			}{{"rx_no_buffer", d.RxNoBuffer}, {"rx_disabled", d.RxDisabled}, {"tx_disabled", d.TxDisabled},
-				{"bad_chain", d.BadChain}, {"mtu", d.Mtu}, {"runt", d.Runt}, {"no_destination", d.NoDestination}, {"spoofed", d.Spoofed}} {
-				counter(descDrops, float64(r.v), append(l, r.reason)...)
-			}
-			if psOK && int(q.Pair) < len(ps.Queues) { // offloads: from the dataplane's stats
-				qs := ps.Queues[q.Pair]
-				counter(descDrops, float64(qs.Drops.BadOffload), append(l, "bad_offload")...)
-				for _, k := range []struct {
-					kind string
-					v    uint64
-				}{{"gso_whole", qs.Offload.GSOWhole}, {"gso_segmented", qs.Offload.GSOSegmented}, {"csum_software", qs.Offload.CsumSoftware}} {
-					counter(descOffload, float64(k.v), append(l, k.kind)...)
-				}
-			}
-			counter(descKicks, float64(q.Kicks), l...)
-			counter(descCalls, float64(q.Calls), l...)
-			counter(descQBusy, float64(q.BusyNs)/1e9, l...)
-			counter(descQBursts, float64(q.Bursts), l...)
-			counter(descStalls, float64(q.Stalls), l...)
-			counter(descHeld, float64(q.Held), l...)
-			counter(descHoldExp, float64(q.GetDrops().GetRxHoldExpired()), l...)
-			gauge(descEnabled, b2f(q.RxEnabled && q.TxEnabled), l...)
-		}
 	}
 	for _, w := range a.dp.WorkerStats() {
 		counter(descWBusy, float64(w.BusyNs)/1e9, strconv.Itoa(w.CPU))
@@ -164,9 +84,24 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descUpHealthy, b2f(u.Healthy), l...)
 	}
-	capa := a.Capacity()
-	gauge(descSlots, float64(capa.SlotsUsed), "used")
-	gauge(descSlots, float64(capa.SlotsTotal-capa.SlotsUsed), "free")
+	used, total := a.slotsUsed()
+	gauge(descSlots, float64(used), "used")
+	gauge(descSlots, float64(total-used), "free")
+}
+
+// slotsUsed counts the slots in use and all of them, as Capacity does
+// (lost allocations swept first) without building its message: that costs
+// allocations per slot at every scrape.
+func (a *Agent) slotsUsed() (used, total int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sweepAllocationsLocked()
+	for _, s := range a.slots {
+		if s.owner != "" {
+			used++
+		}
+	}
+	return used, len(a.slots)
 }
 
 func b2f(b bool) float64 {
@@ -174,6 +109,107 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// metricsHandler is /metrics without the guard: the registry's metrics
+// (the node's, Go's, the process's) and the ports' (portmetrics.go).
+func (a *Agent) metricsHandler() (http.Handler, *portMetrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g := newPortMetrics(a, reg)
+	return buffered(promhttp.HandlerForTransactional(g, promhttp.HandlerOpts{DisableCompression: true})), g
+}
+
+// buffered answers with h's response once h has returned, from a buffer,
+// gzipped at BestSpeed when the client takes gzip rather than identity
+// (Prometheus does); h must not compress. h holds the ports' families
+// locked while it encodes them (portMetrics): written to the client
+// directly, a client that reads slowly would hold them from every other
+// scrape. And promhttp's own gzip, at the default level, took 20 ms of a
+// 35 ms scrape at 1024 ports for a body 5% smaller than BestSpeed's. An
+// error status goes out uncompressed.
+func buffered(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := bufferPool.Get().(*bytes.Buffer)
+		defer bufferPool.Put(buf)
+		buf.Reset()
+		bw := &bufferWriter{ResponseWriter: w, buf: buf, gzip: takesGzip(r.Header), code: http.StatusOK}
+		h.ServeHTTP(bw, r)
+		if bw.gz != nil {
+			bw.gz.Close()
+			gzipPool.Put(bw.gz)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		w.WriteHeader(bw.code)
+		w.Write(buf.Bytes())
+	})
+}
+
+var (
+	bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	gzipPool   = sync.Pool{New: func() any {
+		w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+		return w
+	}}
+)
+
+// bufferWriter keeps h's status and body for buffered.
+type bufferWriter struct {
+	http.ResponseWriter // the header only
+	buf                 *bytes.Buffer
+	gzip                bool
+	gz                  *gzip.Writer
+	code                int
+	wrote               bool
+}
+
+func (b *bufferWriter) WriteHeader(code int) {
+	if b.wrote {
+		return
+	}
+	b.wrote, b.code = true, code
+	if b.gzip && code < http.StatusBadRequest {
+		b.Header().Set("Content-Encoding", "gzip")
+		b.gz = gzipPool.Get().(*gzip.Writer)
+		b.gz.Reset(b.buf)
+	}
+}
+
+func (b *bufferWriter) Write(p []byte) (int, error) {
+	if !b.wrote {
+		b.WriteHeader(http.StatusOK)
+	}
+	if b.gz != nil {
+		return b.gz.Write(p)
+	}
+	return b.buf.Write(p)
+}
+
+// takesGzip is promhttp's choice between identity and gzip: gzip when the
+// client weighs it (or *) above identity, and above 0.
+func takesGzip(h http.Header) bool {
+	qGzip, qIdentity := -1.0, -1.0
+	for _, v := range h.Values("Accept-Encoding") {
+		for part := range strings.SplitSeq(v, ",") {
+			name, params, _ := strings.Cut(part, ";")
+			q := 1.0
+			for p := range strings.SplitSeq(params, ";") {
+				if k, val, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
+					if x, err := strconv.ParseFloat(val, 64); err == nil {
+						q = x
+					}
+				}
+			}
+			switch name = strings.ToLower(strings.TrimSpace(name)); name {
+			case "gzip", "*":
+				qGzip = max(qGzip, q)
+			}
+			if name == "identity" || name == "*" {
+				qIdentity = max(qIdentity, q)
+			}
+		}
+	}
+	return qGzip > 0 && qGzip > qIdentity
 }
 
 // ServeMetrics serves /metrics, /healthz and /readyz on addr until ctx
@@ -188,10 +224,8 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	if host == "" {
 		addr = net.JoinHostPort("127.0.0.1", port)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{a}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	metrics, ports := a.metricsHandler()
 	if a.cfg.MetricsGuard != nil {
 		metrics = a.cfg.MetricsGuard(metrics)
 	}
@@ -218,6 +252,9 @@ func (a *Agent) ServeMetrics(ctx context.Context, addr string) error {
 	case <-ctx.Done():
 		return nil
 	}
+	// The ports' series are built before the first scrape comes, not by
+	// it: at 1024 ports that doubles its time.
+	ports.warm()
 	listen := func() (net.Listener, error) { return net.Listen("tcp", addr) }
 	ln, err := listen()
 	if h, ok := a.LastHandoff(); ok && h.Role == "adopted" {

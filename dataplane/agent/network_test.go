@@ -133,9 +133,8 @@ func TestDHCPThroughTheAgent(t *testing.T) {
 	}
 	want(ask(e))
 	// counted in the metrics, by type
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{e.ag})
-	fams, err := reg.Gather()
+	fams, done, err := newPortMetrics(e.ag, prometheus.NewRegistry()).Gather()
+	defer done()
 	if err != nil {
 		t.Fatal(err)
 	}

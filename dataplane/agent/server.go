@@ -271,7 +271,7 @@ func queueMove(m dataplane.QueueMove) *agentv1.QueueMove {
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
 
 func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
-	out := &agentv1.PortStats{Id: ps.Name, Connected: ps.Connected, Connects: ps.Connects, Labels: r.spec.Labels}
+	out := &agentv1.PortStats{Id: ps.Name, Connected: ps.Connected, Connects: ps.Connects, Labels: r.spec.Labels, Bandwidth: BandwidthSpec(ps.Bandwidth)}
 	for _, q := range ps.Queues {
 		d := q.Drops
 		qs := &agentv1.QueueStats{
@@ -281,8 +281,8 @@ func portStats(ps dataplane.PortStats, r *record) *agentv1.PortStats {
 			Kicks: q.Kicks, Calls: q.Calls, BusyNs: q.BusyNs, Bursts: q.Bursts, Worker: int32(q.Worker), NumaNode: int32(q.NUMA),
 			Drops: &agentv1.Drops{RxNoBuffer: d.RxNoBuffer, RxDisabled: d.RxDisabled, TxDisabled: d.TxDisabled,
 				BadChain: d.BadChain, Mtu: d.MTU, Runt: d.Runt, NoDestination: d.NoDestination, BadOffload: d.BadOffload,
-				RxHoldExpired: d.RxHoldExpired, Spoofed: d.Spoofed},
-			Stalls: q.Stalls, Held: q.Held,
+				RxHoldExpired: d.RxHoldExpired, Spoofed: d.Spoofed, RateLimited: d.RateLimited},
+			Stalls: q.Stalls, Held: q.Held, Shaped: q.Shaped,
 			Offload: &agentv1.Offload{GsoWhole: q.Offload.GSOWhole, GsoSegmented: q.Offload.GSOSegmented, CsumSoftware: q.Offload.CsumSoftware},
 		}
 		if q.Pair < len(r.slots) {

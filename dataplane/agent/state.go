@@ -20,8 +20,10 @@ import (
 // Version 3 added the slot reservations (written only when there are
 // some); an older file has none. Version 4 added port_security to the
 // port spec (written only when a port turns it off, the one value that
-// is stored); an older file's ports have it on.
-const stateSchema = 4
+// is stored); an older file's ports have it on. Version 5 added bandwidth
+// (written only when a port has rate limits); an older file's ports have
+// none.
+const stateSchema = 5
 
 // oldestSchema is the oldest version this agent still reads.
 const oldestSchema = 1
@@ -100,15 +102,18 @@ func decodeState(b []byte) ([]*agentv1.PortSpec, []*agentv1.Reservation, error) 
 
 func (st *stateFile) save(specs []*agentv1.PortSpec, res []*agentv1.Reservation) error {
 	// Each file takes the oldest version that holds what it stores, so
-	// an agent from before reservations and port security reads it: a
-	// rollback keeps its ports.
+	// an agent from before reservations, port security and rate limits
+	// reads it: a rollback keeps its ports.
 	sj := stateJSON{SchemaVersion: 2, Ports: []json.RawMessage{}}
 	if len(res) > 0 {
 		sj.SchemaVersion = 3
 	}
 	for _, s := range specs {
 		if s.PortSecurity != nil {
-			sj.SchemaVersion = 4
+			sj.SchemaVersion = max(sj.SchemaVersion, 4)
+		}
+		if s.Bandwidth != nil {
+			sj.SchemaVersion = 5
 		}
 	}
 	for _, s := range specs {

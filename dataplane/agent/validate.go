@@ -60,6 +60,7 @@ func normalize(spec *agentv1.PortSpec) *agentv1.PortSpec {
 		// ports that turn it off stays readable by older agents.
 		n.PortSecurity = nil
 	}
+	n.Bandwidth = normalizeBandwidth(n.Bandwidth)
 	return n
 }
 
@@ -130,6 +131,9 @@ func (a *Agent) validate(s *agentv1.PortSpec, static bool) error {
 			return invalid("labels", "label %q is empty, too long or has spaces", k)
 		}
 	}
+	if err := validateBandwidth("spec.", s.Bandwidth); err != nil {
+		return err
+	}
 	return a.validateNetwork(s)
 }
 
@@ -177,6 +181,8 @@ func firstDifference(a, b *agentv1.PortSpec) string {
 		return "uplink"
 	case a.PortSecurityOn() != b.PortSecurityOn():
 		return "port_security"
+	case !proto.Equal(a.Bandwidth, b.Bandwidth):
+		return "bandwidth"
 	}
 	return ""
 }

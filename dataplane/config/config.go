@@ -22,6 +22,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
+	"github.com/vhostmq/vhostmq/internal/bandwidth"
 )
 
 // Config is the daemon's configuration file.
@@ -227,6 +228,57 @@ type Port struct {
 	PortSecurity *bool `yaml:"portSecurity,omitempty"`
 	// IPs the guest may send from; none: IP fields are not checked.
 	IPs []string `yaml:"ips,omitempty"`
+	// Bandwidth limits the port's rate in each direction; absent: none.
+	Bandwidth *PortBandwidth `yaml:"bandwidth,omitempty"`
+}
+
+// PortBandwidth is a port's rate limits as Kubernetes quantities, as in
+// the pod annotations kubernetes.io/ingress-bandwidth: rates in bits per
+// second (100M, 1G), bursts in bits (default: 10 ms of the rate).
+type PortBandwidth struct {
+	Ingress      string `yaml:"ingress,omitempty"` // to the guest: policed
+	Egress       string `yaml:"egress,omitempty"`  // from the guest: shaped
+	IngressBurst string `yaml:"ingressBurst,omitempty"`
+	EgressBurst  string `yaml:"egressBurst,omitempty"`
+}
+
+// Limits returns the port's rate limits, naming the first bad field.
+func (p *Port) Limits() (dataplane.Bandwidth, error) {
+	var bw dataplane.Bandwidth
+	b := p.Bandwidth
+	if b == nil {
+		return bw, nil
+	}
+	for _, f := range []struct {
+		name, s string
+		rate    bool
+		v       *uint64
+	}{
+		{"ingress", b.Ingress, true, &bw.Ingress.BitsPerSecond}, {"ingressBurst", b.IngressBurst, false, &bw.Ingress.BurstBits},
+		{"egress", b.Egress, true, &bw.Egress.BitsPerSecond}, {"egressBurst", b.EgressBurst, false, &bw.Egress.BurstBits},
+	} {
+		if f.s == "" {
+			continue
+		}
+		parse := bandwidth.ParseQuantity
+		if f.rate {
+			parse = bandwidth.ParseRate
+		}
+		v, err := parse(f.s)
+		if err != nil {
+			return bw, fmt.Errorf("bandwidth.%s: %w", f.name, err)
+		}
+		*f.v = v
+	}
+	for _, d := range []struct {
+		name string
+		r    dataplane.Rate
+	}{{"ingress", bw.Ingress}, {"egress", bw.Egress}} {
+		if d.r.BitsPerSecond == 0 && d.r.BurstBits != 0 {
+			return bw, fmt.Errorf("bandwidth.%sBurst: a burst without bandwidth.%s", d.name, d.name)
+		}
+	}
+	return bw, bw.Validate()
 }
 
 // Load reads and validates a config file.
@@ -366,6 +418,9 @@ func (c *Config) Validate() error {
 		if _, err := p.Addrs(); err != nil {
 			errs = append(errs, fmt.Errorf("ports[%d]: %w", i, err))
 		}
+		if _, err := p.Limits(); err != nil {
+			errs = append(errs, fmt.Errorf("ports[%d]: %w", i, err))
+		}
 		if names[p.Name] {
 			errs = append(errs, fmt.Errorf("ports[%d]: name: %q is used twice", i, p.Name))
 		}
@@ -445,7 +500,8 @@ func cpuList(set *unix.CPUSet) string {
 func noFloats(n *yaml.Node, path string) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		if n.Tag == "!!float" {
+		// A rate limit is a quantity: 1.5e9 is one.
+		if n.Tag == "!!float" && !strings.Contains(path, ".bandwidth.") {
 			return fmt.Errorf("%s: %q is not a whole number", strings.TrimPrefix(path, "."), n.Value)
 		}
 	case yaml.MappingNode:

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vhostmq/vhostmq/dataplane"
 )
 
 const validYAML = `
@@ -139,6 +141,16 @@ func TestParseInvalid(t *testing.T) {
 		{"ips multicast", withPort(map[string]string{"ips": `["ff02::1"]`}), "ips[0]"},
 		{"ips broadcast", withPort(map[string]string{"ips": `["255.255.255.255"]`}), "ips[0]"},
 		{"ips twice", withPort(map[string]string{"ips": `["10.0.0.3", "::ffff:10.0.0.3"]`}), "ips[1]"},
+		{"bandwidth", withPort(map[string]string{"bandwidth": "{ingress: 100M, egress: 1.5G, ingressBurst: 1Mi, egressBurst: 12000}"}), ""},
+		{"bandwidth numbers", withPort(map[string]string{"bandwidth": "{ingress: 100000000, egress: 1.5e9}"}), ""},
+		{"bandwidth empty", withPort(map[string]string{"bandwidth": "{}"}), ""},
+		{"bandwidth not a quantity", withPort(map[string]string{"bandwidth": "{ingress: fast}"}), "bandwidth.ingress"},
+		{"bandwidth too slow", withPort(map[string]string{"bandwidth": "{egress: 1k}"}), "bandwidth.egress"},
+		{"bandwidth milli", withPort(map[string]string{"bandwidth": "{egress: 100m}"}), "bandwidth.egress"},
+		{"bandwidth too fast", withPort(map[string]string{"bandwidth": "{ingress: 2T}"}), "bandwidth.ingress"},
+		{"bandwidth negative", withPort(map[string]string{"bandwidth": "{ingress: -1M}"}), "bandwidth.ingress"},
+		{"bandwidth bad burst", withPort(map[string]string{"bandwidth": "{ingress: 1G, ingressBurst: lots}"}), "bandwidth.ingressBurst"},
+		{"bandwidth burst alone", withPort(map[string]string{"bandwidth": "{egressBurst: 1M}"}), "bandwidth.egressBurst"},
 		{"ips too many", withPort(map[string]string{"ips": `[10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4, 10.0.0.5, 10.0.0.6, 10.0.0.7, 10.0.0.8, 10.0.0.9]`}), "ips"},
 	} {
 		_, err := Parse([]byte(c.yaml))
@@ -188,6 +200,50 @@ ports:
 	if _, err := Parse([]byte("ports:\n  - {name: c, socket: /run/c.sock, role: server, queuePairs: 1, portSecurity: maybe}")); err == nil ||
 		!strings.Contains(err.Error(), "maybe") {
 		t.Errorf("portSecurity maybe: %v", err)
+	}
+}
+
+// A port's bandwidth: Kubernetes quantities of bits per second (rates)
+// and bits (bursts), in the dataplane's bounds; errors name the port and
+// the field.
+func TestParseBandwidth(t *testing.T) {
+	c, err := Parse([]byte(`
+ports:
+  - {name: a, socket: /run/a.sock, role: server, queuePairs: 1}
+  - {name: b, socket: /run/b.sock, role: server, queuePairs: 1, bandwidth: {ingress: 100M, egress: 1Gi, egressBurst: 64Ki}}
+  - {name: c, socket: /run/c.sock, role: server, queuePairs: 1, bandwidth: {egress: "8.5k", egressBurst: 0}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []dataplane.Bandwidth{
+		{},
+		{Ingress: dataplane.Rate{BitsPerSecond: 100_000_000}, Egress: dataplane.Rate{BitsPerSecond: 1 << 30, BurstBits: 64 << 10}},
+		{Egress: dataplane.Rate{BitsPerSecond: 8500}},
+	} {
+		if got, err := c.Ports[i].Limits(); err != nil || got != want {
+			t.Errorf("ports[%d].Limits() = %+v, %v; want %+v", i, got, err, want)
+		}
+	}
+	for _, tc := range []struct{ bw, want string }{
+		{`{egress: "1.5k"}`, `ports[3]: bandwidth.egress: "1.5k": 1500 bits/s is outside the dataplane's 8000..1000000000000`},
+		{`{ingress: 10x}`, `ports[3]: bandwidth.ingress: "10x" is not a quantity like 100M, 1G or 1500k`},
+		{`{ingress: 1G, ingressBurst: -5}`, `ports[3]: bandwidth.ingressBurst: "-5" is negative`},
+		{`{egressBurst: 1M}`, `ports[3]: bandwidth.egressBurst: a burst without bandwidth.egress`},
+		{`{ingress: 100m}`, `(m is milli: M is mega)`},
+		{`{ingressRate: 1G}`, `field ingressRate not found`},
+	} {
+		y := "ports:\n"
+		for i := range 4 {
+			bw := ""
+			if i == 3 {
+				bw = ", bandwidth: " + tc.bw
+			}
+			y += fmt.Sprintf("  - {name: p%d, socket: /run/p%d.sock, role: server, queuePairs: 1%s}\n", i, i, bw)
+		}
+		if _, err := Parse([]byte(y)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bandwidth %s: %v, want %q", tc.bw, err, tc.want)
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ type command struct {
 
 // groups are the command words that only gather subcommands.
 var groups = map[string]string{
-	"port": "create, delete, list and show vhost-user ports",
+	"port": "create, delete, list and show vhost-user ports, and set their rate limits",
 }
 
 var commands = []*command{
@@ -67,6 +67,20 @@ var commands = []*command{
 		summary: "show a port: spec, status, labels, queue pair to slot and CPU",
 		minArgs: 1, maxArgs: 1, ports: true,
 		setup: portShowSetup,
+	},
+	{
+		name:    "port bandwidth",
+		args:    "ID",
+		summary: "set or clear a live port's rate limits and show the port",
+		details: "--ingress and --egress are bits per second, Kubernetes quantities like 100M or 1G\n" +
+			"(0 removes that direction's limit); the bursts are bits (default: 10 ms of the\n" +
+			"rate). A direction not given keeps its limits; --clear removes both. Ingress (to\n" +
+			"the guest) is policed: frames above it are dropped, counted as rate_limited.\n" +
+			"Egress (from the guest) is shaped: its frames wait in its ring, nothing is\n" +
+			"dropped. The agent stores the limits with the port (a restart keeps them); a\n" +
+			"port from the agent's config file takes its limits there.",
+		minArgs: 1, maxArgs: 1, ports: true,
+		setup: portBandwidthSetup,
 	},
 	{
 		name:    "queues",

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 )
 
@@ -178,9 +180,27 @@ func TestCommands(t *testing.T) {
 				t.Errorf("port_security true, want false: %+v", v)
 			}
 		}},
+		{name: "port-add-bandwidth", args: []string{"port", "add", "vm3-net0", "--socket", "/run/vhostmq/sockets/vm3-net0/vhost.sock",
+			"--ingress-bandwidth", "100M", "--egress-bandwidth", "1.5G", "--egress-burst", "8Mi"}},
+		{name: "port-add-bandwidth-json", args: []string{"port", "add", "vm3-net0", "-o", "json", "--socket", "/run/vhostmq/sockets/vm3-net0/vhost.sock",
+			"--egress-bandwidth", "1G"}, json: func(t *testing.T, out string) {
+			if v := checkJSON[portJSON](t, out); v.Bandwidth == nil || v.Bandwidth.Ingress != nil || *v.Bandwidth.Egress != (rateJSON{BitsPerSecond: 1e9}) {
+				t.Errorf("bandwidth %+v, want egress 1e9 bit/s only", v.Bandwidth)
+			}
+		}},
+		{name: "port-bandwidth", args: []string{"port", "bandwidth", "vm1-net0", "--ingress", "200M", "--ingress-burst", "2M"}},
+		{name: "port-bandwidth-keep", args: []string{"port", "bandwidth", "vm2-net0", "--egress", "0"}},
+		{name: "port-bandwidth-burst", args: []string{"port", "bandwidth", "vm2-net0", "--egress-burst", "1Mi"}},
+		{name: "port-bandwidth-clear-json", args: []string{"port", "bandwidth", "vm2-net0", "--clear", "-o", "json"}, json: func(t *testing.T, out string) {
+			if v := checkJSON[portJSON](t, out); v.Bandwidth != nil {
+				t.Errorf("bandwidth %+v, want null", v.Bandwidth)
+			}
+		}},
+		{name: "help-port-bandwidth", args: []string{"port", "bandwidth", "-h"}},
 		{name: "port-add-again", args: []string{"port", "add", "vm2-net0", "--socket", "/run/vhostmq/sockets/vm2-net0/vhost.sock",
 			"--role", "server", "--queues", "2", "--mtu", "9000", "--polling", "busy",
-			"--label", "k8s.pod.namespace=dev", "--label", "k8s.pod.name=virt-launcher-vm2-q9zt4"}},
+			"--label", "k8s.pod.namespace=dev", "--label", "k8s.pod.name=virt-launcher-vm2-q9zt4",
+			"--ingress-bandwidth", "100M", "--egress-bandwidth", "50M", "--egress-burst", "4294967295"}},
 		{name: "port-del", args: []string{"port", "del", "vm1-net0"}},
 		{name: "port-del-missing", args: []string{"port", "del", "nope"}},
 		{name: "port-del-json", args: []string{"port", "del", "vm2-net0", "-o", "json"}, json: func(t *testing.T, out string) {
@@ -259,6 +279,9 @@ func TestCommands(t *testing.T) {
 			if v.IntervalSeconds != 0 || v.Ports[0].Total.Rates != nil || v.Ports[0].Total.Drops.RxDisabled != 4000 || v.Ports[0].Total.Drops.Spoofed != 12 || v.Ports[0].Total.Rx.Packets != 20_000_000 {
 				t.Errorf("got %+v", v.Ports[0].Total)
 			}
+			if d := v.Ports[0].Total; d.Drops.RateLimited != 30 || d.Shaped != 500 || v.Ports[0].Bandwidth == nil || v.Ports[0].Bandwidth.Ingress.BitsPerSecond != 100e6 {
+				t.Errorf("rate limits: drops.rate_limited %d, shaped %d, bandwidth %+v", d.Drops.RateLimited, d.Shaped, v.Ports[0].Bandwidth)
+			}
 		}},
 
 		{name: "capacity", args: []string{"capacity"}},
@@ -294,6 +317,8 @@ func TestCommands(t *testing.T) {
 		{name: "err-add-invalid", args: []string{"port", "add", "bad", "--socket", "/run/x.sock", "--queues", "0"}, code: ExitFailed},
 		{name: "err-add-exists", args: []string{"port", "add", "vm1-net0", "--socket", "/run/vhostmq/sockets/vm1-net0/vhost.sock", "--queues", "2"}, code: ExitFailed},
 		{name: "err-show-missing", args: []string{"port", "show", "nope"}, code: ExitFailed},
+		{name: "err-bandwidth-missing", args: []string{"port", "bandwidth", "nope", "--ingress", "1G"}, code: ExitFailed},
+		{name: "err-bandwidth-rejected", args: []string{"port", "bandwidth", "vm1-net0", "--egress-burst", "1M"}, code: ExitFailed},
 		{name: "err-stats-missing", args: []string{"stats", "vm1-net0", "nope"}, code: ExitFailed},
 		{name: "err-timeout", args: []string{"capacity", "--timeout", "50ms"}, code: ExitFailed, setup: func(f *fakeAgent) { f.block = true }},
 		{name: "err-health-ended", args: []string{"health", "--watch"}, code: ExitFailed, setup: func(f *fakeAgent) { f.endHealth = true }, stdout: true},
@@ -310,6 +335,10 @@ func TestCommands(t *testing.T) {
 		{name: "err-add-bad-label", args: []string{"port", "add", "vm3-net0", "--socket", "/s", "--label", "novalue"}, code: ExitUsage},
 		{name: "err-add-bad-mac", args: []string{"port", "add", "vm3-net0", "--socket", "/s", "--mac", "52:54:00"}, code: ExitUsage},
 		{name: "err-add-bad-mode", args: []string{"port", "add", "vm3-net0", "--socket", "/s", "--socket-mode", "rwx"}, code: ExitUsage},
+		{name: "err-add-bad-bandwidth", args: []string{"port", "add", "vm3-net0", "--socket", "/s", "--ingress-bandwidth", "fast"}, code: ExitUsage},
+		{name: "err-add-bandwidth-range", args: []string{"port", "add", "vm3-net0", "--socket", "/s", "--egress-bandwidth", "100m"}, code: ExitUsage},
+		{name: "err-bandwidth-no-flags", args: []string{"port", "bandwidth", "vm1-net0"}, code: ExitUsage},
+		{name: "err-bandwidth-clear-and-rate", args: []string{"port", "bandwidth", "vm1-net0", "--clear", "--ingress", "1G"}, code: ExitUsage},
 		{name: "err-bad-output", args: []string{"-o", "yaml", "port", "list"}, code: ExitUsage},
 		{name: "err-show-extra-arg", args: []string{"port", "show", "vm1-net0", "vm2-net0"}, code: ExitUsage},
 		{name: "err-unknown-flag", args: []string{"port", "list", "--all"}, code: ExitUsage},
@@ -594,5 +623,37 @@ func TestSocketBeforePortAdd(t *testing.T) {
 	f.mu.Unlock()
 	if p == nil || p.Spec.SocketPath != "/run/vm9.sock" {
 		t.Errorf("port vm9-net0: %v", p)
+	}
+}
+
+// port bandwidth sends the port's limits with the flags' changes: a
+// direction not given is kept, a new rate drops the old burst, --clear
+// sends none.
+func TestPortBandwidthRequest(t *testing.T) {
+	f := newFakeAgent()
+	sock := f.serve(t)
+	for _, args := range [][]string{
+		{"port", "bandwidth", "vm2-net0", "--ingress", "1G"},
+		{"port", "bandwidth", "vm2-net0", "--egress", "0", "--ingress-burst", "64Ki"},
+		{"port", "bandwidth", "vm2-net0", "--clear"},
+	} {
+		if res := runCLI(t, nil, sock, nil, args...); res.code != ExitOK {
+			t.Fatalf("%q: exit %d: %s", args, res.code, res.stderr)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := []*agentv1.Bandwidth{
+		{Ingress: &agentv1.Rate{BitsPerSecond: 1e9}, Egress: &agentv1.Rate{BitsPerSecond: 50e6, BurstBits: 1<<32 - 1}},
+		{Ingress: &agentv1.Rate{BitsPerSecond: 1e9, BurstBits: 64 << 10}},
+		nil,
+	}
+	if len(f.bandwidthSets) != len(want) {
+		t.Fatalf("%d requests, want %d", len(f.bandwidthSets), len(want))
+	}
+	for i, r := range f.bandwidthSets {
+		if r.GetId() != "vm2-net0" || !proto.Equal(r.GetBandwidth(), want[i]) {
+			t.Errorf("request %d: %v, want bandwidth %v", i, r, want[i])
+		}
 	}
 }

@@ -39,6 +39,8 @@ type fakeAgent struct {
 	rebalanceWindows []uint32
 	// handoff: what GetHandoff answers (nil: none happened)
 	handoff *agentv1.Handoff
+	// bandwidthSets: every SetPortBandwidth request
+	bandwidthSets []*agentv1.SetPortBandwidthRequest
 }
 
 var (
@@ -74,6 +76,9 @@ func newFakeAgent() *fakeAgent {
 			Id: "vm2-net0", SocketPath: "/run/vhostmq/sockets/vm2-net0/vhost.sock", Role: agentv1.Role_ROLE_SERVER,
 			QueuePairs: 2, Mtu: 9000, Polling: agentv1.PollingMode_POLLING_BUSY,
 			Labels: map[string]string{"k8s.pod.namespace": "dev", "k8s.pod.name": "virt-launcher-vm2-q9zt4"},
+			// containerd's burst for an annotation: above the dataplane's cap
+			Bandwidth: &agentv1.Bandwidth{Ingress: &agentv1.Rate{BitsPerSecond: 100_000_000},
+				Egress: &agentv1.Rate{BitsPerSecond: 50_000_000, BurstBits: 1<<32 - 1}},
 		},
 		Status: &agentv1.PortStatus{
 			Connected: true, Connects: 3, EnabledPairs: 1, Mtu: 9000,
@@ -155,6 +160,21 @@ func (f *fakeAgent) CreatePort(_ context.Context, req *agentv1.CreatePortRequest
 	return proto.Clone(p).(*agentv1.Port), nil
 }
 
+func (f *fakeAgent) SetPortBandwidth(_ context.Context, req *agentv1.SetPortBandwidthRequest) (*agentv1.Port, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.ports[req.GetId()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "id: no port %q", req.GetId())
+	}
+	if r := req.GetBandwidth().GetEgress(); r.GetBitsPerSecond() == 0 && r.GetBurstBits() != 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "bandwidth.egress: a burst (%d bits) without a rate", r.GetBurstBits())
+	}
+	f.bandwidthSets = append(f.bandwidthSets, proto.Clone(req).(*agentv1.SetPortBandwidthRequest))
+	p.Spec.Bandwidth = req.GetBandwidth()
+	return proto.Clone(p).(*agentv1.Port), nil
+}
+
 func (f *fakeAgent) DeletePort(_ context.Context, req *agentv1.DeletePortRequest) (*agentv1.DeletePortResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -227,6 +247,8 @@ func queueStats(port string, a *agentv1.QueueAssignment, enabled bool, k uint64)
 		q.Bursts = 25_000_000 + k*1_000
 		q.Drops.Mtu, q.Drops.Runt = 3, 1
 		q.Drops.Spoofed = 12 + k*4 // its guest sends from an address not its own
+		// above its ingress limit; its egress one holds its guest back
+		q.Drops.RateLimited, q.Shaped = 30+k*6, 500+k*25
 	default: // vm2-net0 pair 1: the guest never enabled it
 		q.Rx, q.Tx = &agentv1.Direction{}, &agentv1.Direction{}
 		q.Drops.RxDisabled = 4_000 + k*20
@@ -249,7 +271,7 @@ func (f *fakeAgent) GetStats(_ context.Context, req *agentv1.GetStatsRequest) (*
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "port %q not found", id)
 		}
-		ps := &agentv1.PortStats{Id: id, Connected: p.Status.Connected, Connects: p.Status.Connects, Labels: p.Spec.Labels}
+		ps := &agentv1.PortStats{Id: id, Connected: p.Status.Connected, Connects: p.Status.Connects, Labels: p.Spec.Labels, Bandwidth: p.Spec.Bandwidth}
 		for _, a := range p.Status.Queues {
 			ps.Queues = append(ps.Queues, queueStats(id, a, a.Pair < p.Status.EnabledPairs, uint64(k)))
 		}

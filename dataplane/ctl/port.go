@@ -51,6 +51,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 	fs.StringVar(&gateway, "gateway", "", "the guest's default `ROUTER`")
 	fs.Var(&listValue{p: &dns}, "dns", "DNS `SERVERS`, comma-separated")
 	fs.BoolVar(&portSecurity, "port-security", true, "the guest may send only from --mac and --address; --port-security=false lets it send from any address (a guest that bridges or routes)")
+	bw := addBandwidthFlags(fs, "-bandwidth")
 	return func(ctx context.Context, c *cli, args []string) error {
 		if socket == "" {
 			return usageErrorf("missing --socket PATH (the port's vhost-user socket)")
@@ -82,6 +83,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 		if fs.Changed("port-security") {
 			spec.PortSecurity = &portSecurity
 		}
+		spec.Bandwidth = bw.spec(nil)
 		p, err := call(ctx, c, agentv1.AgentClient.CreatePort, &agentv1.CreatePortRequest{Spec: spec})
 		if err != nil {
 			return err
@@ -185,6 +187,7 @@ type portJSON struct {
 	IP         *ipJSON           `json:"ip"` // null: none given
 	// PortSecurity: the guest may send only from mac and ip.addresses.
 	PortSecurity bool           `json:"port_security"`
+	Bandwidth    *bandwidthJSON `json:"bandwidth"` // null: no rate limit
 	Status       portStatusJSON `json:"status"`
 }
 
@@ -300,6 +303,7 @@ func toPortJSON(p *agentv1.Port) portJSON {
 		},
 	}
 	j.PortSecurity = s.PortSecurityOn()
+	j.Bandwidth = toBandwidthJSON(s.GetBandwidth())
 	if m := st.GetMemory(); m != nil {
 		j.Status.Memory = memoryJSON{Regions: m.GetRegions(), ShrinkSealed: m.GetShrinkSealed(), Log: m.GetLog(), LogShrinkSealed: m.GetLogShrinkSealed(),
 			Sealed: m.GetShrinkSealed() == m.GetRegions() && (!m.GetLog() || m.GetLogShrinkSealed())}
@@ -367,6 +371,7 @@ func writePortDetail(w io.Writer, j portJSON) error {
 		t.row("MAC:", j.MAC)
 	}
 	t.row("Port security:", portSecurityLine(j))
+	t.row("Bandwidth:", bandwidthLine(j.Bandwidth))
 	if j.Status.MTU != j.MTU {
 		t.row("MTU:", fmt.Sprintf("%d (spec %d)", j.Status.MTU, j.MTU))
 	} else {

@@ -15,7 +15,7 @@ import (
 // dropReasons names the Drops fields, in proto order (rx_hold_expired is
 // left out: those drops are counted in rx_no_buffer too); counters.drops
 // is indexed the same way.
-var dropReasons = [9]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination", "bad_offload", "spoofed"}
+var dropReasons = [10]string{"rx_no_buffer", "rx_disabled", "tx_disabled", "bad_chain", "mtu", "runt", "no_destination", "bad_offload", "spoofed", "rate_limited"}
 
 // offloadKinds names the Offload fields, in proto order; counters.offload
 // is indexed the same way.
@@ -26,6 +26,7 @@ type counters struct {
 	rxPkts, rxBytes, txPkts, txBytes uint64
 	kicks, calls, busyNs, bursts     uint64
 	stalls, held                     uint64
+	shaped                           uint64 // egress bursts the port's limit cut short
 	drops                            [len(dropReasons)]uint64
 	offload                          [len(offloadKinds)]uint64
 }
@@ -36,8 +37,9 @@ func queueCounters(q *agentv1.QueueStats) counters {
 		rxPkts: q.GetRx().GetPackets(), rxBytes: q.GetRx().GetBytes(),
 		txPkts: q.GetTx().GetPackets(), txBytes: q.GetTx().GetBytes(),
 		kicks: q.GetKicks(), calls: q.GetCalls(), busyNs: q.GetBusyNs(), bursts: q.GetBursts(),
-		stalls: q.GetStalls(), held: q.GetHeld(),
-		drops:   [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(), d.GetBadOffload(), d.GetSpoofed()},
+		stalls: q.GetStalls(), held: q.GetHeld(), shaped: q.GetShaped(),
+		drops: [...]uint64{d.GetRxNoBuffer(), d.GetRxDisabled(), d.GetTxDisabled(), d.GetBadChain(), d.GetMtu(), d.GetRunt(), d.GetNoDestination(),
+			d.GetBadOffload(), d.GetSpoofed(), d.GetRateLimited()},
 		offload: [...]uint64{o.GetGsoWhole(), o.GetGsoSegmented(), o.GetCsumSoftware()},
 	}
 }
@@ -53,6 +55,7 @@ func (c *counters) add(o counters) {
 	c.bursts += o.bursts
 	c.stalls += o.stalls
 	c.held += o.held
+	c.shaped += o.shaped
 	for i := range c.drops {
 		c.drops[i] += o.drops[i]
 	}
@@ -75,6 +78,7 @@ func (c counters) since(prev counters) counters {
 		txPkts: d(c.txPkts, prev.txPkts), txBytes: d(c.txBytes, prev.txBytes),
 		kicks: d(c.kicks, prev.kicks), calls: d(c.calls, prev.calls), busyNs: d(c.busyNs, prev.busyNs),
 		bursts: d(c.bursts, prev.bursts), stalls: d(c.stalls, prev.stalls), held: d(c.held, prev.held),
+		shaped: d(c.shaped, prev.shaped),
 	}
 	for i := range c.drops {
 		out.drops[i] = d(c.drops[i], prev.drops[i])
@@ -101,6 +105,7 @@ type rates struct {
 	drops                      [len(dropReasons)]float64
 	dropTotal                  float64
 	held                       float64 // frames held back for a full RX ring
+	shaped                     float64 // egress bursts cut short by the port's limit
 	offload                    [len(offloadKinds)]float64
 }
 
@@ -113,6 +118,7 @@ func (c counters) per(seconds float64) rates {
 		busyPct:   100 * f(c.busyNs) / 1e9,
 		dropTotal: f(c.dropTotal()),
 		held:      f(c.held),
+		shaped:    f(c.shaped),
 	}
 	for i, v := range c.drops {
 		r.drops[i] = f(v)
@@ -376,6 +382,7 @@ type portStatsJSON struct {
 	Labels    map[string]string `json:"labels"`
 	Connected bool              `json:"connected"`
 	Connects  uint64            `json:"connects"`
+	Bandwidth *bandwidthJSON    `json:"bandwidth"` // the limits the dataplane enforces; null: none
 	Queues    []queueStatsJSON  `json:"queues"`
 	Total     countersJSON      `json:"total"` // sum over the pairs
 }
@@ -398,6 +405,9 @@ type countersJSON struct {
 	Drops  dropsJSON[uint64] `json:"drops"`
 	// Offload counts what offloads did for the frames the guest received.
 	Offload offloadJSON[uint64] `json:"offload"`
+	// Shaped counts the guest's bursts that the port's egress limit cut
+	// short (its frames waited in its ring: shaping drops nothing).
+	Shaped uint64 `json:"shaped"`
 	// Rates over the interval; absent with --interval 0 or when the first
 	// sample did not have the pair (or port).
 	Rates *ratesJSON `json:"rates,omitempty"`
@@ -417,12 +427,13 @@ type dropsJSON[T uint64 | float64] struct {
 	Runt          T `json:"runt"`
 	NoDestination T `json:"no_destination"`
 	BadOffload    T `json:"bad_offload"`
-	Spoofed       T `json:"spoofed"` // sent from an address that is not the port's (port security)
+	Spoofed       T `json:"spoofed"`      // sent from an address that is not the port's (port security)
+	RateLimited   T `json:"rate_limited"` // to the guest, above the port's ingress limit (policed)
 	Total         T `json:"total"`
 }
 
 func newDropsJSON[T uint64 | float64](d [len(dropReasons)]T, total T) dropsJSON[T] {
-	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], total}
+	return dropsJSON[T]{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], total}
 }
 
 type offloadJSON[T uint64 | float64] struct {
@@ -445,6 +456,7 @@ type ratesJSON struct {
 	BusyPercent        float64              `json:"busy_percent"` // of one CPU; summed over pairs in totals
 	DropsPerSecond     dropsJSON[float64]   `json:"drops_per_second"`
 	OffloadPerSecond   offloadJSON[float64] `json:"offload_per_second"`
+	ShapedPerSecond    float64              `json:"shaped_per_second"`
 }
 
 func toCountersJSON(cur counters, delta *counters, seconds float64) countersJSON {
@@ -456,6 +468,7 @@ func toCountersJSON(cur counters, delta *counters, seconds float64) countersJSON
 		BusyNs:  cur.busyNs,
 		Drops:   newDropsJSON(cur.drops, cur.dropTotal()),
 		Offload: newOffloadJSON(cur.offload),
+		Shaped:  cur.shaped,
 	}
 	if delta != nil {
 		r := delta.per(seconds)
@@ -474,6 +487,7 @@ func toCountersJSON(cur counters, delta *counters, seconds float64) countersJSON
 			BusyPercent:      round3(r.busyPct),
 			DropsPerSecond:   newDropsJSON(drops, round3(r.dropTotal)),
 			OffloadPerSecond: newOffloadJSON(off),
+			ShapedPerSecond:  round3(r.shaped),
 		}
 	}
 	return j
@@ -488,6 +502,7 @@ func statsToJSON(s statsSample, ports []portRow) statsJSON {
 			Labels:    map[string]string{},
 			Connected: p.ps.GetConnected(),
 			Connects:  p.ps.GetConnects(),
+			Bandwidth: toBandwidthJSON(p.ps.GetBandwidth()),
 			Queues:    []queueStatsJSON{},
 			Total:     toCountersJSON(p.total, p.delta, s.seconds),
 		}

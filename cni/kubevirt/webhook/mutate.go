@@ -18,6 +18,7 @@ import (
 
 	"github.com/vhostmq/vhostmq/cni/kubevirt/podnet"
 	"github.com/vhostmq/vhostmq/cni/kubevirt/vmi"
+	"github.com/vhostmq/vhostmq/internal/bandwidth"
 )
 
 // Annotations the webhook reads.
@@ -70,6 +71,13 @@ func (r *Rule) Decide(ctx context.Context, pod *corev1.Pod) (*Decision, error) {
 	}
 	if k == 0 {
 		return nil, nil
+	}
+	// The rate limits the CNI reads for its ports (KubeVirt copies them
+	// from the VMI like every annotation): a value the CNI would refuse is
+	// refused here, naming it, rather than at the pod's network setup.
+	// Pods without a vhostmq network keep Kubernetes' own rules.
+	if _, err := bandwidth.FromAnnotations(pod.Annotations); err != nil {
+		return nil, fmt.Errorf("annotation %w", err)
 	}
 	d := &Decision{Networks: k}
 	if owner := podnet.LauncherOf(pod); owner != "" {

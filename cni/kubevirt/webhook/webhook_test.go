@@ -158,6 +158,26 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func withAnnotation(p *corev1.Pod, k, v string) *corev1.Pod {
+	p.Annotations[k] = v
+	return p
+}
+
+// The rate limit annotations are the CNI's only on pods with a vhostmq
+// network: a good one passes, other pods keep Kubernetes' rules.
+func TestDecideBandwidth(t *testing.T) {
+	rule := &Rule{ResourceName: res, Lookup: newLookup()}
+	ok := withAnnotation(launcher("vm4", "vhu-net"), "kubernetes.io/ingress-bandwidth", "100M")
+	ok.Annotations["kubernetes.io/egress-bandwidth"] = "1G"
+	if d, err := rule.Decide(context.Background(), ok); err != nil || d == nil || d.Total != 4 {
+		t.Errorf("good limits: %+v, %v", d, err)
+	}
+	other := withAnnotation(launcher("vm4", "bridge"), "kubernetes.io/ingress-bandwidth", "2k")
+	if d, err := rule.Decide(context.Background(), other); err != nil || d != nil {
+		t.Errorf("no vhostmq network, 2k: %+v, %v; want no decision and no error", d, err)
+	}
+}
+
 func TestDecideRejects(t *testing.T) {
 	rule := &Rule{ResourceName: res, Lookup: newLookup()}
 	for _, tc := range []struct {
@@ -173,6 +193,12 @@ func TestDecideRejects(t *testing.T) {
 		{"network without name", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationNetworks: `[{"namespace":"x"}]`}}}, "entry 0 has no network name"},
 		{"bad VMI annotation", launcher("bad", "vhu-net"), `VirtualMachineInstance ns1/bad: annotation vhostmq.io/queues: "x"`},
 		{"VMI missing", launcher("gone", "vhu-net"), "reading VirtualMachineInstance ns1/gone"},
+		{"bad ingress bandwidth", withAnnotation(launcher("vm4", "vhu-net"), "kubernetes.io/ingress-bandwidth", "fast"),
+			`annotation kubernetes.io/ingress-bandwidth: "fast" is not a quantity like 100M, 1G or 1500k (bits per second)`},
+		{"egress bandwidth below Kubernetes' 1k", withAnnotation(launcher("vm4", "vhu-net"), "kubernetes.io/egress-bandwidth", "100m"),
+			`annotation kubernetes.io/egress-bandwidth: "100m" is outside Kubernetes' 1k..1P bits per second (m is milli: M is mega)`},
+		{"egress bandwidth below the dataplane's", withAnnotation(launcher("vm4", "vhu-net"), "kubernetes.io/egress-bandwidth", "2k"),
+			`annotation kubernetes.io/egress-bandwidth: "2k": 2000 bits/s is outside the dataplane's 8000..1000000000000`},
 	} {
 		d, err := rule.Decide(context.Background(), tc.pod)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {

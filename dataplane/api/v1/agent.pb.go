@@ -168,7 +168,9 @@ type PortSpec struct {
 	// (drops.spoofed). With no mac, the first source the guest sends is
 	// its own. false (off): the guest may send from any address, for
 	// guests that bridge or route other hosts' frames.
-	PortSecurity  *bool `protobuf:"varint,19,opt,name=port_security,json=portSecurity,proto3,oneof" json:"port_security,omitempty"`
+	PortSecurity *bool `protobuf:"varint,19,opt,name=port_security,json=portSecurity,proto3,oneof" json:"port_security,omitempty"`
+	// bandwidth limits the port's rate in each direction; unset: no limit.
+	Bandwidth     *Bandwidth `protobuf:"bytes,20,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +338,130 @@ func (x *PortSpec) GetPortSecurity() bool {
 	return false
 }
 
+func (x *PortSpec) GetBandwidth() *Bandwidth {
+	if x != nil {
+		return x.Bandwidth
+	}
+	return nil
+}
+
+// Rate is one direction's limit, in bits per second of Ethernet frames
+// (header included; virtio header, preamble and FCS not), the units of
+// the CNI bandwidth plugin and of kubernetes.io/ingress-bandwidth.
+type Rate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bits_per_second: 0 = no limit, else 8000..1000000000000.
+	BitsPerSecond uint64 `protobuf:"varint,1,opt,name=bits_per_second,json=bitsPerSecond,proto3" json:"bits_per_second,omitempty"`
+	// burst_bits is the bucket's depth: 0 = 10 ms of the rate. It is raised
+	// to two frames of the port's MTU and capped at 2^30 bits (the CRI
+	// runtimes pass 2^32-1 and more with every bandwidth annotation).
+	BurstBits     uint64 `protobuf:"varint,2,opt,name=burst_bits,json=burstBits,proto3" json:"burst_bits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rate) Reset() {
+	*x = Rate{}
+	mi := &file_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rate) ProtoMessage() {}
+
+func (x *Rate) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rate.ProtoReflect.Descriptor instead.
+func (*Rate) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Rate) GetBitsPerSecond() uint64 {
+	if x != nil {
+		return x.BitsPerSecond
+	}
+	return 0
+}
+
+func (x *Rate) GetBurstBits() uint64 {
+	if x != nil {
+		return x.BurstBits
+	}
+	return 0
+}
+
+// Bandwidth is a port's rate limits.
+type Bandwidth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ingress, to the guest (its RX rings), is policed: a frame above the
+	// limit is dropped (drops.rate_limited).
+	Ingress *Rate `protobuf:"bytes,1,opt,name=ingress,proto3" json:"ingress,omitempty"`
+	// egress, from the guest (its TX rings), is shaped: its frames wait in
+	// its ring until the limit lets them through, nothing is dropped
+	// (shaped counts the bursts cut short).
+	Egress        *Rate `protobuf:"bytes,2,opt,name=egress,proto3" json:"egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Bandwidth) Reset() {
+	*x = Bandwidth{}
+	mi := &file_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bandwidth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bandwidth) ProtoMessage() {}
+
+func (x *Bandwidth) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bandwidth.ProtoReflect.Descriptor instead.
+func (*Bandwidth) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Bandwidth) GetIngress() *Rate {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+func (x *Bandwidth) GetEgress() *Rate {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
 type IPConfig struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Addresses     []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`                            // CIDR, e.g. 10.1.2.3/24; the first IPv4 one is served by DHCP
@@ -350,7 +476,7 @@ type IPConfig struct {
 
 func (x *IPConfig) Reset() {
 	*x = IPConfig{}
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +488,7 @@ func (x *IPConfig) String() string {
 func (*IPConfig) ProtoMessage() {}
 
 func (x *IPConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[1]
+	mi := &file_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +501,7 @@ func (x *IPConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPConfig.ProtoReflect.Descriptor instead.
 func (*IPConfig) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{1}
+	return file_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IPConfig) GetAddresses() []string {
@@ -430,7 +556,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +568,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[2]
+	mi := &file_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +581,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{2}
+	return file_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Route) GetDst() string {
@@ -483,7 +609,7 @@ type QueueAssignment struct {
 
 func (x *QueueAssignment) Reset() {
 	*x = QueueAssignment{}
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +621,7 @@ func (x *QueueAssignment) String() string {
 func (*QueueAssignment) ProtoMessage() {}
 
 func (x *QueueAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[3]
+	mi := &file_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +634,7 @@ func (x *QueueAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueAssignment.ProtoReflect.Descriptor instead.
 func (*QueueAssignment) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueAssignment) GetPair() uint32 {
@@ -550,7 +676,7 @@ type PortStatus struct {
 
 func (x *PortStatus) Reset() {
 	*x = PortStatus{}
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +688,7 @@ func (x *PortStatus) String() string {
 func (*PortStatus) ProtoMessage() {}
 
 func (x *PortStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[4]
+	mi := &file_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +701,7 @@ func (x *PortStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
 func (*PortStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PortStatus) GetConnected() bool {
@@ -641,7 +767,7 @@ type MemorySeals struct {
 
 func (x *MemorySeals) Reset() {
 	*x = MemorySeals{}
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +779,7 @@ func (x *MemorySeals) String() string {
 func (*MemorySeals) ProtoMessage() {}
 
 func (x *MemorySeals) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[5]
+	mi := &file_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +792,7 @@ func (x *MemorySeals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemorySeals.ProtoReflect.Descriptor instead.
 func (*MemorySeals) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MemorySeals) GetRegions() uint32 {
@@ -707,7 +833,7 @@ type PortFaults struct {
 
 func (x *PortFaults) Reset() {
 	*x = PortFaults{}
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +845,7 @@ func (x *PortFaults) String() string {
 func (*PortFaults) ProtoMessage() {}
 
 func (x *PortFaults) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[6]
+	mi := &file_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +858,7 @@ func (x *PortFaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortFaults.ProtoReflect.Descriptor instead.
 func (*PortFaults) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PortFaults) GetGuestMemory() uint64 {
@@ -759,7 +885,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +897,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[7]
+	mi := &file_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +910,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Port) GetSpec() *PortSpec {
@@ -810,7 +936,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +948,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[8]
+	mi := &file_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +961,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreatePortRequest) GetSpec() *PortSpec {
@@ -854,7 +980,7 @@ type DeletePortRequest struct {
 
 func (x *DeletePortRequest) Reset() {
 	*x = DeletePortRequest{}
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +992,7 @@ func (x *DeletePortRequest) String() string {
 func (*DeletePortRequest) ProtoMessage() {}
 
 func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[9]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1005,7 @@ func (x *DeletePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeletePortRequest) GetId() string {
@@ -898,7 +1024,7 @@ type DeletePortResponse struct {
 
 func (x *DeletePortResponse) Reset() {
 	*x = DeletePortResponse{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1036,7 @@ func (x *DeletePortResponse) String() string {
 func (*DeletePortResponse) ProtoMessage() {}
 
 func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1049,7 @@ func (x *DeletePortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeletePortResponse) GetExisted() bool {
@@ -942,7 +1068,7 @@ type GetPortRequest struct {
 
 func (x *GetPortRequest) Reset() {
 	*x = GetPortRequest{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1080,7 @@ func (x *GetPortRequest) String() string {
 func (*GetPortRequest) ProtoMessage() {}
 
 func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1093,7 @@ func (x *GetPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPortRequest.ProtoReflect.Descriptor instead.
 func (*GetPortRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetPortRequest) GetId() string {
@@ -985,7 +1111,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1123,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1136,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type ListPortsResponse struct {
@@ -1022,7 +1148,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1160,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1173,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -1066,7 +1192,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1204,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1217,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetStatsRequest) GetIds() []string {
@@ -1111,7 +1237,7 @@ type Direction struct {
 
 func (x *Direction) Reset() {
 	*x = Direction{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1249,7 @@ func (x *Direction) String() string {
 func (*Direction) ProtoMessage() {}
 
 func (x *Direction) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1262,7 @@ func (x *Direction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Direction.ProtoReflect.Descriptor instead.
 func (*Direction) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Direction) GetPackets() uint64 {
@@ -1165,13 +1291,14 @@ type Drops struct {
 	BadOffload    uint64                 `protobuf:"varint,8,opt,name=bad_offload,json=badOffload,proto3" json:"bad_offload,omitempty"`            // offload metadata that does not fit the frame
 	RxHoldExpired uint64                 `protobuf:"varint,9,opt,name=rx_hold_expired,json=rxHoldExpired,proto3" json:"rx_hold_expired,omitempty"` // held at its source for a full RX ring past the bound, then dropped (also counted in rx_no_buffer)
 	Spoofed       uint64                 `protobuf:"varint,10,opt,name=spoofed,proto3" json:"spoofed,omitempty"`                                   // TX: sent from a MAC or IP address that is not the port's (port_security)
+	RateLimited   uint64                 `protobuf:"varint,11,opt,name=rate_limited,json=rateLimited,proto3" json:"rate_limited,omitempty"`        // RX: above the port's ingress limit (bandwidth), policed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Drops) Reset() {
 	*x = Drops{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1310,7 @@ func (x *Drops) String() string {
 func (*Drops) ProtoMessage() {}
 
 func (x *Drops) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1323,7 @@ func (x *Drops) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drops.ProtoReflect.Descriptor instead.
 func (*Drops) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Drops) GetRxNoBuffer() uint64 {
@@ -1269,6 +1396,13 @@ func (x *Drops) GetSpoofed() uint64 {
 	return 0
 }
 
+func (x *Drops) GetRateLimited() uint64 {
+	if x != nil {
+		return x.RateLimited
+	}
+	return 0
+}
+
 // Offload counts what checksum and segmentation offloads did for the
 // frames the pair's guest received.
 type Offload struct {
@@ -1282,7 +1416,7 @@ type Offload struct {
 
 func (x *Offload) Reset() {
 	*x = Offload{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1428,7 @@ func (x *Offload) String() string {
 func (*Offload) ProtoMessage() {}
 
 func (x *Offload) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1441,7 @@ func (x *Offload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offload.ProtoReflect.Descriptor instead.
 func (*Offload) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Offload) GetGsoWhole() uint64 {
@@ -1350,13 +1484,14 @@ type QueueStats struct {
 	Offload       *Offload               `protobuf:"bytes,15,opt,name=offload,proto3" json:"offload,omitempty"`
 	Stalls        uint64                 `protobuf:"varint,16,opt,name=stalls,proto3" json:"stalls,omitempty"` // times the stall watchdog found the TX ring with entries its worker could have taken and did not
 	Held          uint64                 `protobuf:"varint,17,opt,name=held,proto3" json:"held,omitempty"`     // frames for this guest that found its RX ring full and waited at their source instead of being dropped
+	Shaped        uint64                 `protobuf:"varint,18,opt,name=shaped,proto3" json:"shaped,omitempty"` // bursts from this guest that the port's egress limit (bandwidth) cut short, leaving frames in its ring for later
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1503,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1516,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueStats) GetPair() uint32 {
@@ -1503,6 +1638,13 @@ func (x *QueueStats) GetHeld() uint64 {
 	return 0
 }
 
+func (x *QueueStats) GetShaped() uint64 {
+	if x != nil {
+		return x.Shaped
+	}
+	return 0
+}
+
 // WorkerStats is one worker thread's load.
 type WorkerStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1518,7 +1660,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1672,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1685,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerStats) GetId() int32 {
@@ -1595,13 +1737,14 @@ type PortStats struct {
 	Connects      uint64                 `protobuf:"varint,3,opt,name=connects,proto3" json:"connects,omitempty"`
 	Labels        map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Queues        []*QueueStats          `protobuf:"bytes,5,rep,name=queues,proto3" json:"queues,omitempty"`
+	Bandwidth     *Bandwidth             `protobuf:"bytes,6,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"` // the rate limits the dataplane enforces now; unset: none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PortStats) Reset() {
 	*x = PortStats{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1756,7 @@ func (x *PortStats) String() string {
 func (*PortStats) ProtoMessage() {}
 
 func (x *PortStats) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1769,7 @@ func (x *PortStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStats.ProtoReflect.Descriptor instead.
 func (*PortStats) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PortStats) GetId() string {
@@ -1664,6 +1807,13 @@ func (x *PortStats) GetQueues() []*QueueStats {
 	return nil
 }
 
+func (x *PortStats) GetBandwidth() *Bandwidth {
+	if x != nil {
+		return x.Bandwidth
+	}
+	return nil
+}
+
 type GetStatsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TimeUnixNano  int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
@@ -1675,7 +1825,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1837,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1850,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetStatsResponse) GetTimeUnixNano() int64 {
@@ -1732,7 +1882,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1894,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1907,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 type Slot struct {
@@ -1772,7 +1922,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1934,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1947,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Slot) GetId() string {
@@ -1839,7 +1989,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2001,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2014,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CPU) GetId() int32 {
@@ -1899,7 +2049,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2061,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2074,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Capacity) GetCpus() []*CPU {
@@ -1956,7 +2106,7 @@ type WatchHealthRequest struct {
 
 func (x *WatchHealthRequest) Reset() {
 	*x = WatchHealthRequest{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2118,7 @@ func (x *WatchHealthRequest) String() string {
 func (*WatchHealthRequest) ProtoMessage() {}
 
 func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2131,7 @@ func (x *WatchHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchHealthRequest.ProtoReflect.Descriptor instead.
 func (*WatchHealthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
 type SlotHealth struct {
@@ -1995,7 +2145,7 @@ type SlotHealth struct {
 
 func (x *SlotHealth) Reset() {
 	*x = SlotHealth{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2157,7 @@ func (x *SlotHealth) String() string {
 func (*SlotHealth) ProtoMessage() {}
 
 func (x *SlotHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2170,7 @@ func (x *SlotHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHealth.ProtoReflect.Descriptor instead.
 func (*SlotHealth) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SlotHealth) GetId() string {
@@ -2055,7 +2205,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2217,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2230,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -2112,7 +2262,7 @@ type GetRebalanceRequest struct {
 
 func (x *GetRebalanceRequest) Reset() {
 	*x = GetRebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2274,7 @@ func (x *GetRebalanceRequest) String() string {
 func (*GetRebalanceRequest) ProtoMessage() {}
 
 func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2287,7 @@ func (x *GetRebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRebalanceRequest.ProtoReflect.Descriptor instead.
 func (*GetRebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 type RebalanceRequest struct {
@@ -2149,7 +2299,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2311,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2324,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RebalanceRequest) GetWindowMs() uint32 {
@@ -2196,7 +2346,7 @@ type RebalanceConfig struct {
 
 func (x *RebalanceConfig) Reset() {
 	*x = RebalanceConfig{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2358,7 @@ func (x *RebalanceConfig) String() string {
 func (*RebalanceConfig) ProtoMessage() {}
 
 func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2371,7 @@ func (x *RebalanceConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceConfig.ProtoReflect.Descriptor instead.
 func (*RebalanceConfig) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RebalanceConfig) GetIntervalMs() uint32 {
@@ -2268,7 +2418,7 @@ type QueueMove struct {
 
 func (x *QueueMove) Reset() {
 	*x = QueueMove{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2430,7 @@ func (x *QueueMove) String() string {
 func (*QueueMove) ProtoMessage() {}
 
 func (x *QueueMove) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2443,7 @@ func (x *QueueMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueMove.ProtoReflect.Descriptor instead.
 func (*QueueMove) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueueMove) GetTimeUnixNano() int64 {
@@ -2366,7 +2516,7 @@ type RebalanceRun struct {
 
 func (x *RebalanceRun) Reset() {
 	*x = RebalanceRun{}
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2528,7 @@ func (x *RebalanceRun) String() string {
 func (*RebalanceRun) ProtoMessage() {}
 
 func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2541,7 @@ func (x *RebalanceRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRun.ProtoReflect.Descriptor instead.
 func (*RebalanceRun) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RebalanceRun) GetTimeUnixNano() int64 {
@@ -2448,7 +2598,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2610,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2623,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{34}
+	return file_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerLoad) GetCpu() int32 {
@@ -2516,7 +2666,7 @@ type RebalanceStatus struct {
 
 func (x *RebalanceStatus) Reset() {
 	*x = RebalanceStatus{}
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2678,7 @@ func (x *RebalanceStatus) String() string {
 func (*RebalanceStatus) ProtoMessage() {}
 
 func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2691,7 @@ func (x *RebalanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatus.ProtoReflect.Descriptor instead.
 func (*RebalanceStatus) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{35}
+	return file_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RebalanceStatus) GetConfig() *RebalanceConfig {
@@ -2580,7 +2730,7 @@ type GetHandoffRequest struct {
 
 func (x *GetHandoffRequest) Reset() {
 	*x = GetHandoffRequest{}
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2742,7 @@ func (x *GetHandoffRequest) String() string {
 func (*GetHandoffRequest) ProtoMessage() {}
 
 func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2755,7 @@ func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHandoffRequest.ProtoReflect.Descriptor instead.
 func (*GetHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{36}
+	return file_agent_proto_rawDescGZIP(), []int{38}
 }
 
 type Handoff struct {
@@ -2626,7 +2776,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2788,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2801,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{37}
+	return file_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Handoff) GetHappened() bool {
@@ -2743,7 +2893,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2905,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2918,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{38}
+	return file_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReserveRequest) GetOwner() string {
@@ -2818,7 +2968,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2980,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2993,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{39}
+	return file_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Reservation) GetOwner() string {
@@ -2883,7 +3033,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3045,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3058,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{40}
+	return file_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseRequest) GetOwner() string {
@@ -2926,7 +3076,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3088,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3101,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{41}
+	return file_agent_proto_rawDescGZIP(), []int{43}
 }
 
 type ListReservationsRequest struct {
@@ -2963,7 +3113,7 @@ type ListReservationsRequest struct {
 
 func (x *ListReservationsRequest) Reset() {
 	*x = ListReservationsRequest{}
-	mi := &file_agent_proto_msgTypes[42]
+	mi := &file_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3125,7 @@ func (x *ListReservationsRequest) String() string {
 func (*ListReservationsRequest) ProtoMessage() {}
 
 func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[42]
+	mi := &file_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3138,7 @@ func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{42}
+	return file_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListReservationsRequest) GetPod() string {
@@ -3007,7 +3157,7 @@ type ListReservationsResponse struct {
 
 func (x *ListReservationsResponse) Reset() {
 	*x = ListReservationsResponse{}
-	mi := &file_agent_proto_msgTypes[43]
+	mi := &file_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3169,7 @@ func (x *ListReservationsResponse) String() string {
 func (*ListReservationsResponse) ProtoMessage() {}
 
 func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[43]
+	mi := &file_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3182,7 @@ func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{43}
+	return file_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListReservationsResponse) GetReservations() []*Reservation {
@@ -3042,11 +3192,63 @@ func (x *ListReservationsResponse) GetReservations() []*Reservation {
 	return nil
 }
 
+type SetPortBandwidthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Bandwidth     *Bandwidth             `protobuf:"bytes,2,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"` // unset: no limit
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPortBandwidthRequest) Reset() {
+	*x = SetPortBandwidthRequest{}
+	mi := &file_agent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPortBandwidthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPortBandwidthRequest) ProtoMessage() {}
+
+func (x *SetPortBandwidthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPortBandwidthRequest.ProtoReflect.Descriptor instead.
+func (*SetPortBandwidthRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetPortBandwidthRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetPortBandwidthRequest) GetBandwidth() *Bandwidth {
+	if x != nil {
+		return x.Bandwidth
+	}
+	return nil
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xe1\x05\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\x9c\x06\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -3072,13 +3274,21 @@ const file_agent_proto_rawDesc = "" +
 	"\x04dhcp\x18\x10 \x01(\bR\x04dhcp\x12\x16\n" +
 	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x12 \n" +
 	"\vreservation\x18\x12 \x01(\tR\vreservation\x12(\n" +
-	"\rport_security\x18\x13 \x01(\bH\x02R\fportSecurity\x88\x01\x01\x1a9\n" +
+	"\rport_security\x18\x13 \x01(\bH\x02R\fportSecurity\x88\x01\x01\x129\n" +
+	"\tbandwidth\x18\x14 \x01(\v2\x1b.vhostmq.agent.v1.BandwidthR\tbandwidth\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
 	"\v_socket_uidB\r\n" +
 	"\v_socket_gidB\x10\n" +
-	"\x0e_port_security\"\xd8\x01\n" +
+	"\x0e_port_security\"M\n" +
+	"\x04Rate\x12&\n" +
+	"\x0fbits_per_second\x18\x01 \x01(\x04R\rbitsPerSecond\x12\x1d\n" +
+	"\n" +
+	"burst_bits\x18\x02 \x01(\x04R\tburstBits\"m\n" +
+	"\tBandwidth\x120\n" +
+	"\aingress\x18\x01 \x01(\v2\x16.vhostmq.agent.v1.RateR\aingress\x12.\n" +
+	"\x06egress\x18\x02 \x01(\v2\x16.vhostmq.agent.v1.RateR\x06egress\"\xd8\x01\n" +
 	"\bIPConfig\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x18\n" +
 	"\agateway\x18\x02 \x01(\tR\agateway\x12/\n" +
@@ -3131,7 +3341,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\";\n" +
 	"\tDirection\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xb8\x02\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xdb\x02\n" +
 	"\x05Drops\x12 \n" +
 	"\frx_no_buffer\x18\x01 \x01(\x04R\n" +
 	"rxNoBuffer\x12\x1f\n" +
@@ -3147,11 +3357,12 @@ const file_agent_proto_rawDesc = "" +
 	"badOffload\x12&\n" +
 	"\x0frx_hold_expired\x18\t \x01(\x04R\rrxHoldExpired\x12\x18\n" +
 	"\aspoofed\x18\n" +
-	" \x01(\x04R\aspoofed\"p\n" +
+	" \x01(\x04R\aspoofed\x12!\n" +
+	"\frate_limited\x18\v \x01(\x04R\vrateLimited\"p\n" +
 	"\aOffload\x12\x1b\n" +
 	"\tgso_whole\x18\x01 \x01(\x04R\bgsoWhole\x12#\n" +
 	"\rgso_segmented\x18\x02 \x01(\x04R\fgsoSegmented\x12#\n" +
-	"\rcsum_software\x18\x03 \x01(\x04R\fcsumSoftware\"\x80\x04\n" +
+	"\rcsum_software\x18\x03 \x01(\x04R\fcsumSoftware\"\x98\x04\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04pair\x18\x01 \x01(\rR\x04pair\x12\x12\n" +
@@ -3173,7 +3384,8 @@ const file_agent_proto_rawDesc = "" +
 	"\tnuma_node\x18\x0e \x01(\x05R\bnumaNode\x123\n" +
 	"\aoffload\x18\x0f \x01(\v2\x19.vhostmq.agent.v1.OffloadR\aoffload\x12\x16\n" +
 	"\x06stalls\x18\x10 \x01(\x04R\x06stalls\x12\x12\n" +
-	"\x04held\x18\x11 \x01(\x04R\x04held\"\xac\x01\n" +
+	"\x04held\x18\x11 \x01(\x04R\x04held\x12\x16\n" +
+	"\x06shaped\x18\x12 \x01(\x04R\x06shaped\"\xac\x01\n" +
 	"\vWorkerStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x1b\n" +
@@ -3181,13 +3393,14 @@ const file_agent_proto_rawDesc = "" +
 	"\abusy_ns\x18\x04 \x01(\x04R\x06busyNs\x12$\n" +
 	"\x0euplink_busy_ns\x18\x05 \x01(\x04R\fuplinkBusyNs\x12\x1f\n" +
 	"\vqueue_pairs\x18\x06 \x01(\rR\n" +
-	"queuePairs\"\x87\x02\n" +
+	"queuePairs\"\xc2\x02\n" +
 	"\tPortStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1a\n" +
 	"\bconnects\x18\x03 \x01(\x04R\bconnects\x12?\n" +
 	"\x06labels\x18\x04 \x03(\v2'.vhostmq.agent.v1.PortStats.LabelsEntryR\x06labels\x124\n" +
-	"\x06queues\x18\x05 \x03(\v2\x1c.vhostmq.agent.v1.QueueStatsR\x06queues\x1a9\n" +
+	"\x06queues\x18\x05 \x03(\v2\x1c.vhostmq.agent.v1.QueueStatsR\x06queues\x129\n" +
+	"\tbandwidth\x18\x06 \x01(\v2\x1b.vhostmq.agent.v1.BandwidthR\tbandwidth\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
@@ -3294,7 +3507,10 @@ const file_agent_proto_rawDesc = "" +
 	"\x17ListReservationsRequest\x12\x10\n" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\"]\n" +
 	"\x18ListReservationsResponse\x12A\n" +
-	"\freservations\x18\x01 \x03(\v2\x1d.vhostmq.agent.v1.ReservationR\freservations*>\n" +
+	"\freservations\x18\x01 \x03(\v2\x1d.vhostmq.agent.v1.ReservationR\freservations\"d\n" +
+	"\x17SetPortBandwidthRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
+	"\tbandwidth\x18\x02 \x01(\v2\x1b.vhostmq.agent.v1.BandwidthR\tbandwidth*>\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SERVER\x10\x01\x12\x0f\n" +
@@ -3303,7 +3519,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x13POLLING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11POLLING_INTERRUPT\x10\x01\x12\x14\n" +
 	"\x10POLLING_ADAPTIVE\x10\x02\x12\x10\n" +
-	"\fPOLLING_BUSY\x10\x032\xbb\b\n" +
+	"\fPOLLING_BUSY\x10\x032\x92\t\n" +
 	"\x05Agent\x12I\n" +
 	"\n" +
 	"CreatePort\x12#.vhostmq.agent.v1.CreatePortRequest\x1a\x16.vhostmq.agent.v1.Port\x12W\n" +
@@ -3320,7 +3536,8 @@ const file_agent_proto_rawDesc = "" +
 	"GetHandoff\x12#.vhostmq.agent.v1.GetHandoffRequest\x1a\x19.vhostmq.agent.v1.Handoff\x12J\n" +
 	"\aReserve\x12 .vhostmq.agent.v1.ReserveRequest\x1a\x1d.vhostmq.agent.v1.Reservation\x12N\n" +
 	"\aRelease\x12 .vhostmq.agent.v1.ReleaseRequest\x1a!.vhostmq.agent.v1.ReleaseResponse\x12i\n" +
-	"\x10ListReservations\x12).vhostmq.agent.v1.ListReservationsRequest\x1a*.vhostmq.agent.v1.ListReservationsResponseB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
+	"\x10ListReservations\x12).vhostmq.agent.v1.ListReservationsRequest\x1a*.vhostmq.agent.v1.ListReservationsResponse\x12U\n" +
+	"\x10SetPortBandwidth\x12).vhostmq.agent.v1.SetPortBandwidthRequest\x1a\x16.vhostmq.agent.v1.PortB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -3335,118 +3552,128 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                        // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),                 // 1: vhostmq.agent.v1.PollingMode
 	(*PortSpec)(nil),                 // 2: vhostmq.agent.v1.PortSpec
-	(*IPConfig)(nil),                 // 3: vhostmq.agent.v1.IPConfig
-	(*Route)(nil),                    // 4: vhostmq.agent.v1.Route
-	(*QueueAssignment)(nil),          // 5: vhostmq.agent.v1.QueueAssignment
-	(*PortStatus)(nil),               // 6: vhostmq.agent.v1.PortStatus
-	(*MemorySeals)(nil),              // 7: vhostmq.agent.v1.MemorySeals
-	(*PortFaults)(nil),               // 8: vhostmq.agent.v1.PortFaults
-	(*Port)(nil),                     // 9: vhostmq.agent.v1.Port
-	(*CreatePortRequest)(nil),        // 10: vhostmq.agent.v1.CreatePortRequest
-	(*DeletePortRequest)(nil),        // 11: vhostmq.agent.v1.DeletePortRequest
-	(*DeletePortResponse)(nil),       // 12: vhostmq.agent.v1.DeletePortResponse
-	(*GetPortRequest)(nil),           // 13: vhostmq.agent.v1.GetPortRequest
-	(*ListPortsRequest)(nil),         // 14: vhostmq.agent.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),        // 15: vhostmq.agent.v1.ListPortsResponse
-	(*GetStatsRequest)(nil),          // 16: vhostmq.agent.v1.GetStatsRequest
-	(*Direction)(nil),                // 17: vhostmq.agent.v1.Direction
-	(*Drops)(nil),                    // 18: vhostmq.agent.v1.Drops
-	(*Offload)(nil),                  // 19: vhostmq.agent.v1.Offload
-	(*QueueStats)(nil),               // 20: vhostmq.agent.v1.QueueStats
-	(*WorkerStats)(nil),              // 21: vhostmq.agent.v1.WorkerStats
-	(*PortStats)(nil),                // 22: vhostmq.agent.v1.PortStats
-	(*GetStatsResponse)(nil),         // 23: vhostmq.agent.v1.GetStatsResponse
-	(*GetCapacityRequest)(nil),       // 24: vhostmq.agent.v1.GetCapacityRequest
-	(*Slot)(nil),                     // 25: vhostmq.agent.v1.Slot
-	(*CPU)(nil),                      // 26: vhostmq.agent.v1.CPU
-	(*Capacity)(nil),                 // 27: vhostmq.agent.v1.Capacity
-	(*WatchHealthRequest)(nil),       // 28: vhostmq.agent.v1.WatchHealthRequest
-	(*SlotHealth)(nil),               // 29: vhostmq.agent.v1.SlotHealth
-	(*Health)(nil),                   // 30: vhostmq.agent.v1.Health
-	(*GetRebalanceRequest)(nil),      // 31: vhostmq.agent.v1.GetRebalanceRequest
-	(*RebalanceRequest)(nil),         // 32: vhostmq.agent.v1.RebalanceRequest
-	(*RebalanceConfig)(nil),          // 33: vhostmq.agent.v1.RebalanceConfig
-	(*QueueMove)(nil),                // 34: vhostmq.agent.v1.QueueMove
-	(*RebalanceRun)(nil),             // 35: vhostmq.agent.v1.RebalanceRun
-	(*WorkerLoad)(nil),               // 36: vhostmq.agent.v1.WorkerLoad
-	(*RebalanceStatus)(nil),          // 37: vhostmq.agent.v1.RebalanceStatus
-	(*GetHandoffRequest)(nil),        // 38: vhostmq.agent.v1.GetHandoffRequest
-	(*Handoff)(nil),                  // 39: vhostmq.agent.v1.Handoff
-	(*ReserveRequest)(nil),           // 40: vhostmq.agent.v1.ReserveRequest
-	(*Reservation)(nil),              // 41: vhostmq.agent.v1.Reservation
-	(*ReleaseRequest)(nil),           // 42: vhostmq.agent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 43: vhostmq.agent.v1.ReleaseResponse
-	(*ListReservationsRequest)(nil),  // 44: vhostmq.agent.v1.ListReservationsRequest
-	(*ListReservationsResponse)(nil), // 45: vhostmq.agent.v1.ListReservationsResponse
-	nil,                              // 46: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                              // 47: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*Rate)(nil),                     // 3: vhostmq.agent.v1.Rate
+	(*Bandwidth)(nil),                // 4: vhostmq.agent.v1.Bandwidth
+	(*IPConfig)(nil),                 // 5: vhostmq.agent.v1.IPConfig
+	(*Route)(nil),                    // 6: vhostmq.agent.v1.Route
+	(*QueueAssignment)(nil),          // 7: vhostmq.agent.v1.QueueAssignment
+	(*PortStatus)(nil),               // 8: vhostmq.agent.v1.PortStatus
+	(*MemorySeals)(nil),              // 9: vhostmq.agent.v1.MemorySeals
+	(*PortFaults)(nil),               // 10: vhostmq.agent.v1.PortFaults
+	(*Port)(nil),                     // 11: vhostmq.agent.v1.Port
+	(*CreatePortRequest)(nil),        // 12: vhostmq.agent.v1.CreatePortRequest
+	(*DeletePortRequest)(nil),        // 13: vhostmq.agent.v1.DeletePortRequest
+	(*DeletePortResponse)(nil),       // 14: vhostmq.agent.v1.DeletePortResponse
+	(*GetPortRequest)(nil),           // 15: vhostmq.agent.v1.GetPortRequest
+	(*ListPortsRequest)(nil),         // 16: vhostmq.agent.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 17: vhostmq.agent.v1.ListPortsResponse
+	(*GetStatsRequest)(nil),          // 18: vhostmq.agent.v1.GetStatsRequest
+	(*Direction)(nil),                // 19: vhostmq.agent.v1.Direction
+	(*Drops)(nil),                    // 20: vhostmq.agent.v1.Drops
+	(*Offload)(nil),                  // 21: vhostmq.agent.v1.Offload
+	(*QueueStats)(nil),               // 22: vhostmq.agent.v1.QueueStats
+	(*WorkerStats)(nil),              // 23: vhostmq.agent.v1.WorkerStats
+	(*PortStats)(nil),                // 24: vhostmq.agent.v1.PortStats
+	(*GetStatsResponse)(nil),         // 25: vhostmq.agent.v1.GetStatsResponse
+	(*GetCapacityRequest)(nil),       // 26: vhostmq.agent.v1.GetCapacityRequest
+	(*Slot)(nil),                     // 27: vhostmq.agent.v1.Slot
+	(*CPU)(nil),                      // 28: vhostmq.agent.v1.CPU
+	(*Capacity)(nil),                 // 29: vhostmq.agent.v1.Capacity
+	(*WatchHealthRequest)(nil),       // 30: vhostmq.agent.v1.WatchHealthRequest
+	(*SlotHealth)(nil),               // 31: vhostmq.agent.v1.SlotHealth
+	(*Health)(nil),                   // 32: vhostmq.agent.v1.Health
+	(*GetRebalanceRequest)(nil),      // 33: vhostmq.agent.v1.GetRebalanceRequest
+	(*RebalanceRequest)(nil),         // 34: vhostmq.agent.v1.RebalanceRequest
+	(*RebalanceConfig)(nil),          // 35: vhostmq.agent.v1.RebalanceConfig
+	(*QueueMove)(nil),                // 36: vhostmq.agent.v1.QueueMove
+	(*RebalanceRun)(nil),             // 37: vhostmq.agent.v1.RebalanceRun
+	(*WorkerLoad)(nil),               // 38: vhostmq.agent.v1.WorkerLoad
+	(*RebalanceStatus)(nil),          // 39: vhostmq.agent.v1.RebalanceStatus
+	(*GetHandoffRequest)(nil),        // 40: vhostmq.agent.v1.GetHandoffRequest
+	(*Handoff)(nil),                  // 41: vhostmq.agent.v1.Handoff
+	(*ReserveRequest)(nil),           // 42: vhostmq.agent.v1.ReserveRequest
+	(*Reservation)(nil),              // 43: vhostmq.agent.v1.Reservation
+	(*ReleaseRequest)(nil),           // 44: vhostmq.agent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 45: vhostmq.agent.v1.ReleaseResponse
+	(*ListReservationsRequest)(nil),  // 46: vhostmq.agent.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil), // 47: vhostmq.agent.v1.ListReservationsResponse
+	(*SetPortBandwidthRequest)(nil),  // 48: vhostmq.agent.v1.SetPortBandwidthRequest
+	nil,                              // 49: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                              // 50: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	46, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
-	3,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
-	4,  // 4: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
-	5,  // 5: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
-	7,  // 6: vhostmq.agent.v1.PortStatus.memory:type_name -> vhostmq.agent.v1.MemorySeals
-	8,  // 7: vhostmq.agent.v1.PortStatus.faults:type_name -> vhostmq.agent.v1.PortFaults
-	2,  // 8: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
-	6,  // 9: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
-	2,  // 10: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
-	9,  // 11: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
-	17, // 12: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
-	17, // 13: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
-	18, // 14: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
-	19, // 15: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
-	47, // 16: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
-	20, // 17: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
-	22, // 18: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
-	21, // 19: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
-	25, // 20: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
-	26, // 21: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
-	29, // 22: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
-	36, // 23: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
-	34, // 24: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
-	33, // 25: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
-	35, // 26: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
-	34, // 27: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
-	41, // 28: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
-	10, // 29: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	11, // 30: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	13, // 31: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	14, // 32: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	16, // 33: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	24, // 34: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	28, // 35: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	31, // 36: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
-	32, // 37: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	38, // 38: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
-	40, // 39: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
-	42, // 40: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
-	44, // 41: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
-	9,  // 42: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	12, // 43: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	9,  // 44: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	15, // 45: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	23, // 46: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	27, // 47: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	30, // 48: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	37, // 49: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	35, // 50: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	39, // 51: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
-	41, // 52: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
-	43, // 53: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
-	45, // 54: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	49, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	5,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
+	4,  // 4: vhostmq.agent.v1.PortSpec.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
+	3,  // 5: vhostmq.agent.v1.Bandwidth.ingress:type_name -> vhostmq.agent.v1.Rate
+	3,  // 6: vhostmq.agent.v1.Bandwidth.egress:type_name -> vhostmq.agent.v1.Rate
+	6,  // 7: vhostmq.agent.v1.IPConfig.routes:type_name -> vhostmq.agent.v1.Route
+	7,  // 8: vhostmq.agent.v1.PortStatus.queues:type_name -> vhostmq.agent.v1.QueueAssignment
+	9,  // 9: vhostmq.agent.v1.PortStatus.memory:type_name -> vhostmq.agent.v1.MemorySeals
+	10, // 10: vhostmq.agent.v1.PortStatus.faults:type_name -> vhostmq.agent.v1.PortFaults
+	2,  // 11: vhostmq.agent.v1.Port.spec:type_name -> vhostmq.agent.v1.PortSpec
+	8,  // 12: vhostmq.agent.v1.Port.status:type_name -> vhostmq.agent.v1.PortStatus
+	2,  // 13: vhostmq.agent.v1.CreatePortRequest.spec:type_name -> vhostmq.agent.v1.PortSpec
+	11, // 14: vhostmq.agent.v1.ListPortsResponse.ports:type_name -> vhostmq.agent.v1.Port
+	19, // 15: vhostmq.agent.v1.QueueStats.rx:type_name -> vhostmq.agent.v1.Direction
+	19, // 16: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
+	20, // 17: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
+	21, // 18: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
+	50, // 19: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	22, // 20: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
+	4,  // 21: vhostmq.agent.v1.PortStats.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
+	24, // 22: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
+	23, // 23: vhostmq.agent.v1.GetStatsResponse.workers:type_name -> vhostmq.agent.v1.WorkerStats
+	27, // 24: vhostmq.agent.v1.CPU.slots:type_name -> vhostmq.agent.v1.Slot
+	28, // 25: vhostmq.agent.v1.Capacity.cpus:type_name -> vhostmq.agent.v1.CPU
+	31, // 26: vhostmq.agent.v1.Health.slots:type_name -> vhostmq.agent.v1.SlotHealth
+	38, // 27: vhostmq.agent.v1.RebalanceRun.workers:type_name -> vhostmq.agent.v1.WorkerLoad
+	36, // 28: vhostmq.agent.v1.RebalanceRun.moves:type_name -> vhostmq.agent.v1.QueueMove
+	35, // 29: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
+	37, // 30: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
+	36, // 31: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
+	43, // 32: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
+	4,  // 33: vhostmq.agent.v1.SetPortBandwidthRequest.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
+	12, // 34: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	13, // 35: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	15, // 36: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	16, // 37: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	18, // 38: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	26, // 39: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	30, // 40: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	33, // 41: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	34, // 42: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	40, // 43: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
+	42, // 44: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
+	44, // 45: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
+	46, // 46: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
+	48, // 47: vhostmq.agent.v1.Agent.SetPortBandwidth:input_type -> vhostmq.agent.v1.SetPortBandwidthRequest
+	11, // 48: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	14, // 49: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	11, // 50: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	17, // 51: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	25, // 52: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	29, // 53: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	32, // 54: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	39, // 55: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	37, // 56: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	41, // 57: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
+	43, // 58: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
+	45, // 59: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
+	47, // 60: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
+	11, // 61: vhostmq.agent.v1.Agent.SetPortBandwidth:output_type -> vhostmq.agent.v1.Port
+	48, // [48:62] is the sub-list for method output_type
+	34, // [34:48] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -3455,14 +3682,14 @@ func file_agent_proto_init() {
 		return
 	}
 	file_agent_proto_msgTypes[0].OneofWrappers = []any{}
-	file_agent_proto_msgTypes[38].OneofWrappers = []any{}
+	file_agent_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

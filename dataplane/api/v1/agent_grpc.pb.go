@@ -37,6 +37,7 @@ const (
 	Agent_Reserve_FullMethodName          = "/vhostmq.agent.v1.Agent/Reserve"
 	Agent_Release_FullMethodName          = "/vhostmq.agent.v1.Agent/Release"
 	Agent_ListReservations_FullMethodName = "/vhostmq.agent.v1.Agent/ListReservations"
+	Agent_SetPortBandwidth_FullMethodName = "/vhostmq.agent.v1.Agent/SetPortBandwidth"
 )
 
 // AgentClient is the client API for Agent service.
@@ -78,6 +79,13 @@ type AgentClient interface {
 	// on its slots keep them until they are deleted.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	ListReservations(ctx context.Context, in *ListReservationsRequest, opts ...grpc.CallOption) (*ListReservationsResponse, error)
+	// SetPortBandwidth replaces a live port's rate limits (no bandwidth, or
+	// a zero one, removes them); the buckets start full. The port's stored
+	// spec takes them, so a restart or an upgrade keeps them, and a
+	// CreatePort with the former ones is AlreadyExists (spec.bandwidth). A
+	// bad limit is InvalidArgument naming the field; a port from the
+	// config file is FailedPrecondition (its limits are set there).
+	SetPortBandwidth(ctx context.Context, in *SetPortBandwidthRequest, opts ...grpc.CallOption) (*Port, error)
 }
 
 type agentClient struct {
@@ -227,6 +235,16 @@ func (c *agentClient) ListReservations(ctx context.Context, in *ListReservations
 	return out, nil
 }
 
+func (c *agentClient) SetPortBandwidth(ctx context.Context, in *SetPortBandwidthRequest, opts ...grpc.CallOption) (*Port, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Port)
+	err := c.cc.Invoke(ctx, Agent_SetPortBandwidth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -266,6 +284,13 @@ type AgentServer interface {
 	// on its slots keep them until they are deleted.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error)
+	// SetPortBandwidth replaces a live port's rate limits (no bandwidth, or
+	// a zero one, removes them); the buckets start full. The port's stored
+	// spec takes them, so a restart or an upgrade keeps them, and a
+	// CreatePort with the former ones is AlreadyExists (spec.bandwidth). A
+	// bad limit is InvalidArgument naming the field; a port from the
+	// config file is FailedPrecondition (its limits are set there).
+	SetPortBandwidth(context.Context, *SetPortBandwidthRequest) (*Port, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -314,6 +339,9 @@ func (UnimplementedAgentServer) Release(context.Context, *ReleaseRequest) (*Rele
 }
 func (UnimplementedAgentServer) ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReservations not implemented")
+}
+func (UnimplementedAgentServer) SetPortBandwidth(context.Context, *SetPortBandwidthRequest) (*Port, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPortBandwidth not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -563,6 +591,24 @@ func _Agent_ListReservations_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_SetPortBandwidth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPortBandwidthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).SetPortBandwidth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_SetPortBandwidth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).SetPortBandwidth(ctx, req.(*SetPortBandwidthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -617,6 +663,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReservations",
 			Handler:    _Agent_ListReservations_Handler,
+		},
+		{
+			MethodName: "SetPortBandwidth",
+			Handler:    _Agent_SetPortBandwidth_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
