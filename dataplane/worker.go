@@ -142,6 +142,7 @@ type worker struct {
 	poked      atomic.Bool
 	activeN    atomic.Int32  // len(active), for stats
 	suspects   []*assignment // swept rings whose kick may have been lost (active.go)
+	grace      int64         // ns an interrupt-mode worker polls before it sleeps (tuneGrace)
 }
 
 const wakeToken = -1
@@ -307,9 +308,10 @@ func (w *worker) routine() {
 		if idleSince == 0 {
 			idleSince = now
 		}
-		if limit := idleLimit(mode); now-idleSince < limit {
+		if limit := w.idleLimit(mode); now-idleSince < limit {
 			continue
 		}
+		idleFrom := idleSince
 		idleSince, idlePasses = 0, 0
 		if w.arm() {
 			w.unarmHolds()
@@ -322,6 +324,9 @@ func (w *worker) routine() {
 		w.sleeping.Store(false)
 		w.unarmHolds()
 		w.unarmHeld()
+		if mode == PollInterrupt {
+			w.tuneGrace(nanotime() - idleFrom)
+		}
 	}
 }
 
@@ -336,17 +341,33 @@ const disarmPasses = 1024
 const adaptiveIdle = int64(200 * time.Microsecond)
 
 // interruptIdle is how long an interrupt-mode worker keeps polling
-// without work before it sleeps: a flow's next frame usually comes
-// sooner, and under load the worker then neither sleeps nor makes its
-// guests kick for every few frames (a sleep and a kick cost more than
-// this much polling); an idle worker still sleeps at once in human terms.
+// without work before it sleeps, at least: a sleep, a wake-up and the
+// guest's kick cost more than that much polling, and an idle worker still
+// sleeps at once in human terms.
 const interruptIdle = int64(20 * time.Microsecond)
 
-func idleLimit(m Polling) int64 {
+// idleLimit is how long the worker polls without work before it sleeps.
+// An interrupt-mode worker's grace follows its wake-ups (tuneGrace).
+func (w *worker) idleLimit(m Polling) int64 {
 	if m == PollAdaptive {
 		return adaptiveIdle
 	}
-	return interruptIdle
+	return max(w.grace, interruptIdle)
+}
+
+// tuneGrace sets an interrupt-mode worker's grace from its last idle
+// spell (polling and sleep, until the wake-up): work that came back
+// within adaptiveIdle is a flow between bursts, and the next spell polls
+// twice as long (at most adaptiveIdle) to catch it without a sleep, a
+// wake-up and a kick, so under load the worker stops sleeping thousands
+// of times a second; a longer spell sets it back to interruptIdle, so an
+// idle port costs a 20 µs poll per wake-up.
+func (w *worker) tuneGrace(spell int64) {
+	if spell < adaptiveIdle {
+		w.grace = min(adaptiveIdle, 2*spell)
+	} else {
+		w.grace = interruptIdle
+	}
 }
 
 // adaptiveCheck is how many idle passes an adaptive worker makes between
