@@ -209,7 +209,7 @@ func (a *Agent) Stats(ids []string) (*agentv1.GetStatsResponse, error) {
 	}
 	for _, w := range a.dp.WorkerStats() {
 		resp.Workers = append(resp.Workers, &agentv1.WorkerStats{Id: int32(w.ID), Cpu: int32(w.CPU), NumaNode: int32(w.NUMA),
-			BusyNs: w.BusyNs, UplinkBusyNs: w.UplinkBusyNs, QueuePairs: uint32(w.Queues)})
+			BusyNs: w.BusyNs, UplinkBusyNs: w.UplinkBusyNs, QueuePairs: uint32(w.Queues), ActiveRings: uint32(w.Active)})
 	}
 	return resp, nil
 }

@@ -72,6 +72,7 @@ type workerJSON struct {
 	CPU          int32  `json:"cpu"`
 	NumaNode     int32  `json:"numa_node"`
 	QueuePairs   uint32 `json:"queue_pairs"`
+	ActiveRings  uint32 `json:"active_rings"` // TX rings its passes visit; the rest are parked
 	BusyNs       uint64 `json:"busy_ns"`
 	UplinkBusyNs uint64 `json:"uplink_busy_ns"`
 	// Over the interval (share of its CPU); absent with --interval 0.
@@ -257,7 +258,7 @@ func workerLoads(s statsSample) []workerJSON {
 	}
 	var out []workerJSON
 	for _, w := range s.cur.GetWorkers() {
-		j := workerJSON{CPU: w.GetCpu(), NumaNode: w.GetNumaNode(), QueuePairs: w.GetQueuePairs(), BusyNs: w.GetBusyNs(), UplinkBusyNs: w.GetUplinkBusyNs()}
+		j := workerJSON{CPU: w.GetCpu(), NumaNode: w.GetNumaNode(), QueuePairs: w.GetQueuePairs(), ActiveRings: w.GetActiveRings(), BusyNs: w.GetBusyNs(), UplinkBusyNs: w.GetUplinkBusyNs()}
 		if p, ok := prev[w.GetId()]; ok && s.seconds > 0 {
 			d := func(cur, old uint64) float64 {
 				if cur < old {
@@ -378,12 +379,12 @@ func (c *cli) queuesTable(out queuesJSON, rated bool) error {
 		fmt.Fprintln(c.stdout)
 		t = newTable(c.stdout)
 		if rated {
-			t.row("WORKER", "NUMA", "PAIRS", "BUSY", "UPLINK")
+			t.row("WORKER", "NUMA", "PAIRS", "ACTIVE", "BUSY", "UPLINK")
 		} else {
-			t.row("WORKER", "NUMA", "PAIRS", "BUSY TIME", "UPLINK")
+			t.row("WORKER", "NUMA", "PAIRS", "ACTIVE", "BUSY TIME", "UPLINK")
 		}
 		for _, w := range out.Workers {
-			row := []string{fmt.Sprintf("cpu %d", w.CPU), fmt.Sprint(w.NumaNode), fmt.Sprint(w.QueuePairs)}
+			row := []string{fmt.Sprintf("cpu %d", w.CPU), fmt.Sprint(w.NumaNode), fmt.Sprint(w.QueuePairs), fmt.Sprint(w.ActiveRings)}
 			if rated && w.BusyPercent != nil {
 				row = append(row, percent(*w.BusyPercent), percent(*w.UplinkBusyPercent))
 			} else {

@@ -1654,6 +1654,7 @@ type WorkerStats struct {
 	BusyNs        uint64                 `protobuf:"varint,4,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`                     // serving its queue pairs and its uplink queue
 	UplinkBusyNs  uint64                 `protobuf:"varint,5,opt,name=uplink_busy_ns,json=uplinkBusyNs,proto3" json:"uplink_busy_ns,omitempty"` // the uplink queue's part (it cannot move)
 	QueuePairs    uint32                 `protobuf:"varint,6,opt,name=queue_pairs,json=queuePairs,proto3" json:"queue_pairs,omitempty"`         // pairs it serves
+	ActiveRings   uint32                 `protobuf:"varint,7,opt,name=active_rings,json=activeRings,proto3" json:"active_rings,omitempty"`      // of their TX rings, those its passes visit (the others are parked: idle, woken by a kick)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,6 +1727,13 @@ func (x *WorkerStats) GetUplinkBusyNs() uint64 {
 func (x *WorkerStats) GetQueuePairs() uint32 {
 	if x != nil {
 		return x.QueuePairs
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetActiveRings() uint32 {
+	if x != nil {
+		return x.ActiveRings
 	}
 	return 0
 }
@@ -3385,7 +3393,7 @@ const file_agent_proto_rawDesc = "" +
 	"\aoffload\x18\x0f \x01(\v2\x19.vhostmq.agent.v1.OffloadR\aoffload\x12\x16\n" +
 	"\x06stalls\x18\x10 \x01(\x04R\x06stalls\x12\x12\n" +
 	"\x04held\x18\x11 \x01(\x04R\x04held\x12\x16\n" +
-	"\x06shaped\x18\x12 \x01(\x04R\x06shaped\"\xac\x01\n" +
+	"\x06shaped\x18\x12 \x01(\x04R\x06shaped\"\xcf\x01\n" +
 	"\vWorkerStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\x05R\x03cpu\x12\x1b\n" +
@@ -3393,7 +3401,8 @@ const file_agent_proto_rawDesc = "" +
 	"\abusy_ns\x18\x04 \x01(\x04R\x06busyNs\x12$\n" +
 	"\x0euplink_busy_ns\x18\x05 \x01(\x04R\fuplinkBusyNs\x12\x1f\n" +
 	"\vqueue_pairs\x18\x06 \x01(\rR\n" +
-	"queuePairs\"\xc2\x02\n" +
+	"queuePairs\x12!\n" +
+	"\factive_rings\x18\a \x01(\rR\vactiveRings\"\xc2\x02\n" +
 	"\tPortStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1a\n" +
