@@ -68,7 +68,7 @@ soak: build ## QEMU guests changing their queue counts under iperf3, DPDK fronte
 	hack/soak.sh --duration $(or $(SOAK_SECONDS),1800)
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup), and what idle ports cost a busy pair and the node (hack/bench/density)
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup), what idle ports cost a busy pair and the node (hack/bench/density), what a /metrics scrape costs at each number of ports (hack/bench/scrape), a request/response neighbour's round-trip p50/p99/p999 quiet, beside a flood on the same worker and beside the flood under an egress limit (hack/bench/neighbour), and how closely the rate limits hold 512k-10G, egress and ingress, 64 and 1500 B (hack/bench/limiter)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
 	hack/bench/flows.sh $(if $(findstring --smoke,$(BENCH_ARGS)),--smoke) $(FLOWS_ARGS)
@@ -76,6 +76,9 @@ bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, i
 	$(GO) test -run '^$$' -bench . -benchtime 200000x ./dataplane/
 	$(GO) run ./hack/bench/wakeup
 	$(GO) run ./hack/bench/density
+	$(GO) run ./hack/bench/scrape
+	$(GO) run ./hack/bench/neighbour
+	$(GO) run ./hack/bench/limiter
 
 .PHONY: bench-instructions
 bench-instructions: ## Callgrind instructions per frame: vhostmq's per-frame path (worker.pass) vs DPDK's vhost backend (testpmd's forwarding lcore) on the same frames, and their ratio (hack/bench/instructions.sh; INSTR_ARGS, e.g. --smoke, --no-dpdk, --paths, --budget FILE)

@@ -20,24 +20,16 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
-	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/hack/bench/inproc"
 )
 
@@ -59,16 +51,11 @@ func main() {
 	}
 	var modes []dataplane.Polling
 	for _, s := range strings.Split(*modesFlag, ",") {
-		switch strings.TrimSpace(s) {
-		case "adaptive":
-			modes = append(modes, dataplane.PollAdaptive)
-		case "interrupt":
-			modes = append(modes, dataplane.PollInterrupt)
-		case "busy":
-			modes = append(modes, dataplane.PollBusy)
-		default:
-			fail(fmt.Errorf("-modes: %q is not adaptive, interrupt or busy", s))
+		m, err := inproc.ParsePolling(s)
+		if err != nil {
+			fail(fmt.Errorf("-modes: %w", err))
 		}
+		modes = append(modes, m)
 	}
 	fmt.Printf("# %s, %d CPUs, worker on CPU %d, generator on CPU %d, Go frontend guests, %s windows; %s\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, *genCPU, *window, inproc.Pressure())
@@ -101,73 +88,40 @@ type result struct {
 }
 
 var (
-	macA  = [6]byte{0x52, 0x54, 0, 0, 0, 0x0a}
-	macB  = [6]byte{0x52, 0x54, 0, 0, 0, 0x0b}
-	bcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	macA = [6]byte{0x52, 0x54, 0, 0, 0, 0x0a}
+	macB = [6]byte{0x52, 0x54, 0, 0, 0, 0x0b}
 )
 
 var watchdogBound time.Duration
 
 func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU int) (result, error) {
 	var res result
-	dir, err := os.MkdirTemp("", "vmq-density")
+	r, err := inproc.NewRig(dataplane.Config{CPUs: []int{workerCPU}, Watchdog: dataplane.WatchdogConfig{Bound: watchdogBound}})
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	d, err := dataplane.New(dataplane.Config{CPUs: []int{workerCPU}, Watchdog: dataplane.WatchdogConfig{Bound: watchdogBound}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return res, err
-	}
-	defer d.Close()
-	var fes []*frontend.Frontend
-	defer func() {
-		for _, f := range fes {
-			f.Close()
-		}
-	}()
-	add := func(name string, mac net.HardwareAddr, cfg frontend.Config) (*frontend.Frontend, error) {
-		sock := filepath.Join(dir, name+".sock")
-		if err := d.AddPort(netdev.Config{Name: name, Socket: sock, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500, MAC: mac},
-			dataplane.PortOptions{Polling: m}); err != nil {
-			return nil, err
-		}
-		for try := 0; ; try++ {
-			f, err := frontend.Dial(sock, cfg)
-			if err == nil {
-				fes = append(fes, f)
-				return f, nil
-			}
-			if try == 50 {
-				return nil, fmt.Errorf("dialling port %s: %w", name, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	defer r.Close()
+	d, opts := r.D, dataplane.PortOptions{Polling: m}
 	busy := frontend.Config{QueueSize: 1024, RxPoll: true}
-	a, err := add("a", macA[:], busy)
+	a, err := r.Add("a", macA[:], opts, busy)
 	if err != nil {
 		return res, err
 	}
-	b, err := add("b", macB[:], busy)
+	b, err := r.Add("b", macB[:], opts, busy)
 	if err != nil {
 		return res, err
 	}
 	for i := range idle {
-		if _, err := add(fmt.Sprintf("idle%d", i), nil, frontend.Config{QueueSize: 64, MemSize: 2 << 20}); err != nil {
+		if _, err := r.Add(fmt.Sprintf("idle%d", i), nil, opts, frontend.Config{QueueSize: 64, MemSize: 2 << 20}); err != nil {
 			return res, err
 		}
 	}
 	// b speaks, so a's frames to it are switched, not flooded to the idle ports
-	if err := b.Send(0, inproc.Frame(bcast, macB)); err != nil {
-		return res, fmt.Errorf("b's greeting: %w", err)
+	if err := inproc.Greet(b, macB, a); err != nil {
+		return res, err
 	}
-	if _, err := a.Recv(0, 5*time.Second); err != nil {
-		return res, fmt.Errorf("b's greeting: %w (%+v)", err, d.Stats())
-	}
-	b.ReclaimTx(0)
 	time.Sleep(500 * time.Millisecond) // setup done, an adaptive worker asleep
-	res.rssMiB, res.fds, res.goroutines = rssMiB(), fds(), runtime.NumGoroutine()
+	res.rssMiB, res.fds, res.goroutines = inproc.RSSMiB(), fds(), runtime.NumGoroutine()
 	c0, t0 := inproc.CPUTime(), time.Now()
 	time.Sleep(window)
 	res.idleCPU = 100 * float64(inproc.CPUTime()-c0) / float64(time.Since(t0))
@@ -179,29 +133,11 @@ func run(m dataplane.Polling, idle int, window time.Duration, workerCPU, genCPU 
 	cpu0 := cpuBusy(workerCPU)
 	start := time.Now()
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		var set unix.CPUSet
-		set.Set(genCPU)
-		unix.SchedSetaffinity(0, &set)
-		burst := make([][]byte, 32)
-		for i := range burst {
-			burst[i] = inproc.Frame(macB, macA)
-		}
-		for deadline := start.Add(window); time.Now().Before(deadline); {
-			if _, err := a.SendBurst(0, burst); err != nil && !errors.Is(err, frontend.ErrRingFull) {
-				done <- fmt.Errorf("sending: %w", err)
-				return
-			}
-			fr, err := b.RecvAll(0, 0)
-			if err != nil && !errors.Is(err, frontend.ErrTimeout) {
-				done <- fmt.Errorf("receiving: %w", err)
-				return
-			}
-			got += uint64(len(fr))
-			a.ReclaimTx(0)
-		}
-		done <- nil
+		inproc.Pin(genCPU)
+		deadline := start.Add(window)
+		n, err := inproc.Pump(a, b, inproc.Burst(macB, macA, 64, 32), func() bool { return !time.Now().Before(deadline) })
+		got = n
+		done <- err
 	}()
 	if err := <-done; err != nil {
 		return res, err
@@ -224,19 +160,6 @@ func workerStats(d *dataplane.Dataplane) (busyNs, sleeps uint64) {
 		sleeps += w.Sleeps
 	}
 	return busyNs, sleeps
-}
-
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseFloat(f[1], 64)
-	return pages * float64(os.Getpagesize()) / (1 << 20)
 }
 
 func fds() int {

@@ -19,10 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -32,7 +29,6 @@ import (
 
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
-	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/hack/bench/inproc"
 )
 
@@ -55,18 +51,13 @@ func main() {
 		}
 		gaps = append(gaps, d)
 	}
-	dir, err := os.MkdirTemp("", "vmq-wakeup")
-	if err != nil {
-		fail(err)
-	}
-	defer os.RemoveAll(dir)
 	fmt.Printf("# %s, %d CPUs, worker on CPU %d, Go frontend guests; %s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), *workerCPU, inproc.Pressure())
 	for _, w := range strings.Split(*what, ",") {
 		switch strings.TrimSpace(w) {
 		case "idle":
 			fmt.Printf("idle\tmode\tports\twindow_s\tcpu_pct\tworker_sleeps_per_s\n")
 			for _, m := range modes {
-				if err := idle(dir, m, *ports, *window, *workerCPU); err != nil {
+				if err := idle(m, *ports, *window, *workerCPU); err != nil {
 					fail(err)
 				}
 			}
@@ -74,7 +65,7 @@ func main() {
 			fmt.Printf("latency\tmode\tgap\tframes\tmedian_us\tp99_us\tmax_us\n")
 			for _, m := range modes {
 				for _, g := range gaps {
-					if err := latency(dir, m, g, *frames, *workerCPU, *senderCPU); err != nil {
+					if err := latency(m, g, *frames, *workerCPU, *senderCPU); err != nil {
 						fail(err)
 					}
 				}
@@ -91,48 +82,22 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// rig is a dataplane with one pinned worker and n connected ports.
-type rig struct {
-	d   *dataplane.Dataplane
-	fes []*frontend.Frontend
-}
-
-func newRig(dir string, m dataplane.Polling, n, cpu int, fcfg frontend.Config) (*rig, error) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := dataplane.New(dataplane.Config{CPUs: []int{cpu}, Logger: log})
+// newRig is a dataplane with one pinned worker and n connected ports.
+func newRig(m dataplane.Polling, n, cpu int, fcfg frontend.Config) (*inproc.Rig, []*frontend.Frontend, error) {
+	r, err := inproc.NewRig(dataplane.Config{CPUs: []int{cpu}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	r := &rig{d: d}
+	var fes []*frontend.Frontend
 	for i := range n {
-		name := fmt.Sprintf("p%d", i)
-		sock := filepath.Join(dir, fmt.Sprintf("%s-%s.sock", m, name))
-		cfg := netdev.Config{Name: name, Socket: sock, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1500}
-		if err := d.AddPort(cfg, dataplane.PortOptions{Polling: m}); err != nil {
-			r.close()
-			return nil, err
-		}
-		var f *frontend.Frontend
-		for try := 0; ; try++ {
-			if f, err = frontend.Dial(sock, fcfg); err == nil || try == 50 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		f, err := r.Add(fmt.Sprintf("p%d", i), nil, dataplane.PortOptions{Polling: m}, fcfg)
 		if err != nil {
-			r.close()
-			return nil, err
+			r.Close()
+			return nil, nil, err
 		}
-		r.fes = append(r.fes, f)
+		fes = append(fes, f)
 	}
-	return r, nil
-}
-
-func (r *rig) close() {
-	for _, f := range r.fes {
-		f.Close()
-	}
-	r.d.Close()
+	return r, fes, nil
 }
 
 func sleeps(d *dataplane.Dataplane) uint64 {
@@ -143,16 +108,16 @@ func sleeps(d *dataplane.Dataplane) uint64 {
 	return n
 }
 
-func idle(dir string, m dataplane.Polling, ports int, window time.Duration, cpu int) error {
-	r, err := newRig(dir, m, ports, cpu, frontend.Config{})
+func idle(m dataplane.Polling, ports int, window time.Duration, cpu int) error {
+	r, _, err := newRig(m, ports, cpu, frontend.Config{})
 	if err != nil {
 		return err
 	}
-	defer r.close()
+	defer r.Close()
 	time.Sleep(time.Second) // setup done, the adaptive worker asleep
-	c0, s0, t0 := inproc.CPUTime(), sleeps(r.d), time.Now()
+	c0, s0, t0 := inproc.CPUTime(), sleeps(r.D), time.Now()
 	time.Sleep(window)
-	c1, s1, t1 := inproc.CPUTime(), sleeps(r.d), time.Now()
+	c1, s1, t1 := inproc.CPUTime(), sleeps(r.D), time.Now()
 	el := t1.Sub(t0)
 	fmt.Printf("idle\t%s\t%d\t%.1f\t%.2f\t%.1f\n", m, ports, el.Seconds(), 100*float64(c1-c0)/float64(el), float64(s1-s0)/el.Seconds())
 	return nil
@@ -161,26 +126,18 @@ func idle(dir string, m dataplane.Polling, ports int, window time.Duration, cpu 
 var macA = [6]byte{0x52, 0x54, 0, 0, 0, 0x0a}
 var macB = [6]byte{0x52, 0x54, 0, 0, 0, 0x0b}
 
-func latency(dir string, m dataplane.Polling, gap time.Duration, frames, workerCPU, senderCPU int) error {
-	r, err := newRig(dir, m, 2, workerCPU, frontend.Config{RxPoll: true})
+func latency(m dataplane.Polling, gap time.Duration, frames, workerCPU, senderCPU int) error {
+	r, fes, err := newRig(m, 2, workerCPU, frontend.Config{RxPoll: true})
 	if err != nil {
 		return err
 	}
-	defer r.close()
-	a, b := r.fes[0], r.fes[1]
-	// learn both MACs
-	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-	for _, x := range []struct {
-		tx, rx *frontend.Frontend
-		mac    [6]byte
-	}{{a, b, macA}, {b, a, macB}} {
-		if err := x.tx.Send(0, inproc.Frame(bcast, x.mac)); err != nil {
-			return err
-		}
-		if _, err := x.rx.Recv(0, 5*time.Second); err != nil {
-			return fmt.Errorf("learning: %w", err)
-		}
-		x.tx.ReclaimTx(0)
+	defer r.Close()
+	a, b := fes[0], fes[1]
+	if err := inproc.Greet(a, macA, b); err != nil {
+		return err
+	}
+	if err := inproc.Greet(b, macB, a); err != nil {
+		return err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
