@@ -293,6 +293,7 @@ func (w *worker) handleEvents(n int, now int64) {
 		switch ev.Pad {
 		case wakeToken:
 			unix.Read(w.wakefd, w.drainBuf[:])
+			w.woken = true // a look while awake took it: the loop must not sleep on it (worker.go)
 			continue
 		case heldKickToken: // closed by unarmHeld after the sleep
 			unix.Read(int(ev.Fd), w.drainBuf[:])

@@ -226,3 +226,24 @@ func TestPassCostFollowsActiveRings(t *testing.T) {
 		t.Fatal("a's frame was not served")
 	}
 }
+
+// TestHousekeepingKeepsWakeUps: a wake-up (a stop, a changed list) that a
+// look for kicks drains while the worker is awake is remembered, so the
+// loop begins another iteration instead of sleeping on it (a Close that
+// waited forever for its worker, seen in CI).
+func TestHousekeepingKeepsWakeUps(t *testing.T) {
+	r := newActiveRig(t, Config{}, PollInterrupt, 2)
+	w := r.w
+	w.halt()
+	w.pass()
+	w.housekeep(nanotime() + parkIdle) // everything parks: housekeeping looks for kicks
+	if len(w.parked) == 0 {
+		t.Fatal("no ring parked")
+	}
+	w.woken = false
+	w.wake()
+	w.housekeep(nanotime() + 2*parkIdle)
+	if !w.woken {
+		t.Error("housekeeping drained a wake-up and forgot it: the loop would sleep on it")
+	}
+}

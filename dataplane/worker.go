@@ -143,6 +143,7 @@ type worker struct {
 	activeN    atomic.Int32  // len(active), for stats
 	suspects   []*assignment // swept rings whose kick may have been lost (active.go)
 	grace      int64         // ns an interrupt-mode worker polls before it sleeps (tuneGrace)
+	woken      bool          // a wake-up was drained in this loop iteration (active.go)
 }
 
 const wakeToken = -1
@@ -279,7 +280,8 @@ func (w *worker) routine() {
 	idleSince, idlePasses := int64(0), 0
 	for !w.stopping.Load() {
 		passes := w.passes.Add(1)
-		w.sync() // every use of the list in this iteration follows the increment (quiesce)
+		w.woken = false // what a wake-up announced is looked at from here on
+		w.sync()        // every use of the list in this iteration follows the increment (quiesce)
 		if passes%disarmPasses == 0 {
 			// Rings started while the worker polls still ask for kicks
 			// (only activating a ring disarms it); ask again. arm() runs
@@ -313,6 +315,11 @@ func (w *worker) routine() {
 		}
 		idleFrom := idleSince
 		idleSince, idlePasses = 0, 0
+		if w.woken {
+			// housekeeping drained a wake-up after this iteration began
+			// (a stop, a changed list): begin another instead of sleeping
+			continue
+		}
 		if w.arm() {
 			w.unarmHolds()
 			continue
