@@ -595,7 +595,7 @@ func (f *Frontend) Refill(pair int) error {
 }
 
 // rxTake consumes one packet if a complete one is in the used ring.
-func (f *Frontend) rxTake(r *vring) (hdr virtio.NetHdr, frame []byte, ok bool, err error) {
+func (f *Frontend) rxTake(r *vring, keep bool) (hdr virtio.NetHdr, frame []byte, ok bool, err error) {
 	if r.err != nil {
 		return hdr, nil, false, r.err
 	}
@@ -653,21 +653,25 @@ func (f *Frontend) rxTake(r *vring) (hdr virtio.NetHdr, frame []byte, ok bool, e
 		r.state[e.ID] = stFree // also catches the same id twice in one packet
 		total += int(e.Len)
 	}
-	frame = make([]byte, 0, total-hl)
+	if keep {
+		frame = make([]byte, 0, total-hl)
+	}
 	for k := range nb {
 		e := f.usedElem(r, r.lastUsed+k)
 		start := 0
 		if k == 0 {
 			start = hl
 		}
-		o := r.bufOff + int(e.ID)*r.bufSize
-		frame = append(frame, f.mem[o+start:o+int(e.Len)]...)
+		if keep {
+			o := r.bufOff + int(e.ID)*r.bufSize
+			frame = append(frame, f.mem[o+start:o+int(e.Len)]...)
+		}
 		r.free = append(r.free, uint16(e.ID))
 	}
 	r.lastUsed += nb
 	r.st.usedEntries.Add(uint64(nb))
 	r.st.frames.Add(1)
-	r.st.bytes.Add(uint64(len(frame)))
+	r.st.bytes.Add(uint64(total - hl))
 	return hdr, frame, true, f.refill(r)
 }
 
@@ -693,7 +697,7 @@ func (f *Frontend) RecvHdr(pair int, timeout time.Duration) (virtio.NetHdr, []by
 
 func (f *Frontend) recvLocked(r *vring, deadline time.Time) (virtio.NetHdr, []byte, error) {
 	for {
-		hdr, frame, ok, err := f.rxTake(r)
+		hdr, frame, ok, err := f.rxTake(r, true)
 		if err != nil || ok {
 			return hdr, frame, err
 		}
@@ -746,7 +750,7 @@ func (f *Frontend) RecvAll(pair int, timeout time.Duration) ([][]byte, error) {
 	}
 	out := [][]byte{b}
 	for {
-		_, b, ok, err := f.rxTake(r)
+		_, b, ok, err := f.rxTake(r, true)
 		if err != nil {
 			return out, err
 		}
@@ -754,6 +758,27 @@ func (f *Frontend) RecvAll(pair int, timeout time.Duration) ([][]byte, error) {
 			return out, nil
 		}
 		out = append(out, b)
+	}
+}
+
+// Discard takes every frame already available on pair's RX vring without
+// copying it out (the buffers go straight back to the device) and returns
+// how many there were and their bytes: a sink for benchmarks that must not
+// make garbage (a collection stops the dataplane's workers too).
+func (f *Frontend) Discard(pair int) (frames, bytes int, err error) {
+	r, err := f.rxRing(pair)
+	if err != nil {
+		return 0, 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b0 := r.st.bytes.Load()
+	for {
+		_, _, ok, err := f.rxTake(r, false)
+		if err != nil || !ok {
+			return frames, int(r.st.bytes.Load() - b0), err
+		}
+		frames++
 	}
 }
 
