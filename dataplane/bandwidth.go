@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+
+	"github.com/vhostmq/vhostmq/dataplane/virtq"
 )
 
 // Rate limits. A port may have a rate for each direction, in bits per
@@ -275,7 +277,7 @@ func (p *port) setLimits(l *limits) {
 // it, counted at dst. One load and a nil check for a port without one.
 func (w *worker) admit(dst *port, n int) bool {
 	in := dst.ingress.Load()
-	if in == nil || in.take(n, nanotime()) {
+	if in == nil || in.take(n, w.burstNow()) {
 		return true
 	}
 	dst.dev.Vrings()[0].Counters.DropRateLimited.Add(1)
@@ -309,3 +311,40 @@ func (w *worker) shape(a *assignment, eg *bucket, now int64) {
 // ring is served again: a small frame, so the worker does not come back
 // for a few bytes at a time.
 const minShapedFrame = 64
+
+// burstNow is the time for policing: the burst's start (a burst is a few
+// microseconds: the bucket's refill is exact either way), else the clock.
+func (w *worker) burstNow() int64 {
+	if t := w.s.start; t != 0 {
+		return t
+	}
+	return nanotime()
+}
+
+// takeRun polices a run of frames to one port under one lock, as take
+// each: it returns how many conform from the first on.
+func (b *bucket) takeRun(frames []virtq.TXFrame, now int64) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	for i := range frames {
+		cost := uint64(frames[i].Len) * 8 * nanoBits
+		if b.last > now || (b.tokens < cost && b.tokens != b.depth) {
+			return i
+		}
+		b.debit(cost, now)
+	}
+	return len(frames)
+}
+
+// refund gives back the tokens of frames takeRun admitted and the run did
+// not deliver (the per-frame path takes them again).
+func (b *bucket) refund(frames []virtq.TXFrame) {
+	var bits uint64
+	for i := range frames {
+		bits += uint64(frames[i].Len) * 8
+	}
+	b.mu.Lock()
+	b.tokens = min(b.depth, b.tokens+bits*nanoBits)
+	b.mu.Unlock()
+}

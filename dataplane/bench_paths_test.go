@@ -136,6 +136,13 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 	if os.Getenv("VHOSTMQ_BENCH_PORT_SECURITY") == "off" {
 		opt.Security.Off = true
 	}
+	// VHOSTMQ_BENCH_BANDWIDTH=bits/s: both ports limited both ways at that
+	// rate (one that never binds, such as 1000000000000, measures what the
+	// limits' checks cost a frame).
+	if bps, err := strconv.ParseUint(os.Getenv("VHOSTMQ_BENCH_BANDWIDTH"), 10, 64); err == nil && bps > 0 {
+		r := Rate{BitsPerSecond: bps, BurstBits: MaxBurstBits}
+		opt.Bandwidth = Bandwidth{Ingress: r, Egress: r}
+	}
 	r.tx = dial(tb, addPortMAC(tb, d, "a", macA, opt), cfg)
 	if n, err := strconv.Atoi(os.Getenv("VHOSTMQ_BENCH_MAC_FLOOD")); err == nil && n > 0 {
 		r.flood, r.flooder, r.macs = n, &port{}, d.nets[""].macs

@@ -521,13 +521,22 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	h := &s.rx
 	d := s.plan[i].dst
 	to := s.dsts[d]
-	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 || to.ingress.Load() != nil {
-		return 0, false // put holds (and refills) first, and polices (bandwidth.go)
+	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 {
+		return 0, false // put holds (and refills) first
 	}
 	j, longest := i+1, s.frames[i].Len
 	for j < k && s.plan[j].act == actUnicast && s.plan[j].dst == d {
 		longest = max(longest, s.frames[j].Len)
 		j++
+	}
+	// A limited destination polices the run once, up front (bandwidth.go):
+	// the run ends before the first frame refused, which put then counts,
+	// and what the run does not deliver is given back below.
+	in := to.ingress.Load()
+	if in != nil {
+		if j = i + in.takeRun(s.frames[i:j], w.burstNow()); j == i {
+			return 0, false
+		}
 	}
 	tq, rq, dhdr := b.q, h.q, h.hdrLen
 	s.inRX = true
@@ -537,6 +546,9 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	if got == 0 && h.mergeable {
 		n = w.spanRun(b, i, j)
 		s.inRX = false
+		if in != nil && i+n < j {
+			in.refund(s.frames[i+n : j])
+		}
 		return n, true
 	}
 	bytes := uint64(0)
@@ -569,6 +581,9 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	// memory serveSafely must blame it, not the source ring.
 	s.inRX = false
 	w.endRun(b, to, got, n, n, bytes)
+	if in != nil && i+n < j {
+		in.refund(s.frames[i+n : j])
+	}
 	return n, true
 }
 
