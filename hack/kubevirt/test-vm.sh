@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vhostmq as a user installs it, on real KubeVirt v1.7.0 (hack/kubevirt/
 # testbed.sh up must have run): issues #7 and #8 with nothing stood in but
-# Multus.  The README's quick start is these steps.
+# Multus.  The install guide (docs/user/install.md) is these steps.
 #
 #   the image localhost/vhostmq:dev (every binary; hack/cluster/images.sh
 #   --bundle, imported into containerd) -> helm install charts/vhostmq
@@ -250,7 +250,7 @@ if ((TWO_NODES)); then
 fi
 
 # ------------------------------------------------------------------ helm install
-# The README's quick start, with the test bed's paths: its node keeps CNI
+# The install guide's steps, with the test bed's paths: its node keeps CNI
 # binaries and configuration under $VMQC_RUN/cni, not /opt/cni/bin and
 # /etc/cni/net.d.
 step "helm install vhostmq (the chart, the locally built image)"
@@ -540,7 +540,7 @@ while ((stalls < 2)) && [[ -n ${POD[vm1]:-} && -n ${POD[vm2]:-} ]] && { guest_st
     boot_vms
 done
 
-# the README's way: vhostmqctl inside the node pod
+# the install guide's way: vhostmqctl inside the node pod
 in_pod_list() {
     local out
     out=$(k -n "$DS_NS" exec "$(node_pod_name "$VMQC_NODE")" -c dataplane -- vhostmqctl port list 2>&1) || return 1
