@@ -234,6 +234,7 @@ func TestCNITokenRights(t *testing.T) {
 		rule(s(""), s("pods"), s("get"), nil),
 		rule(s("k8s.cni.cncf.io"), s("network-attachment-definitions"), s("get"), nil),
 		rule(s("kubevirt.io"), s("virtualmachineinstances"), s("get"), nil),
+		rule(s("kubevirt.io"), s("virtualmachineinstancemigrations"), s("get"), nil),
 	}
 	if got := r.rulesOf(cniSA); !reflect.DeepEqual(got, want) {
 		t.Errorf("the CNI's service account may do\n%+v\nwant exactly\n%+v", got, want)

@@ -41,6 +41,11 @@ const (
 	LabelPodUID       = "k8s.pod.uid"
 	LabelInterface    = agentv1.LabelInterface
 	LabelNetwork      = "network"
+	// On the port of a live migration's target pod: the source pod, and
+	// the addresses taken over from it (comma-separated) besides the
+	// pod's own IPAM addresses.
+	LabelMigrationSource  = "migration.source-pod"
+	LabelMigrationCarried = "migration.carried-ips"
 
 	pendingDir = ".cni-pending-del"
 )
@@ -182,7 +187,8 @@ func socketPaths(conf *NetConf, set *slotSet, ifname string) (string, string, er
 type attachment struct {
 	spec       *agentv1.PortSpec
 	ctrSocket  string
-	socketMode string // device-info mode, seen from the container
+	socketMode string   // device-info mode, seen from the container
+	pod        *podView // nil without a kubeconfig
 }
 
 // plan builds the attachment of an ADD or CHECK from the configuration,
@@ -320,7 +326,7 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 			s.SocketMode = uint32(fi.Mode().Perm() & 0o770)
 		}
 	}
-	return &attachment{spec: s, ctrSocket: ctr, socketMode: mode}, nil
+	return &attachment{spec: s, ctrSocket: ctr, socketMode: mode, pod: pv}, nil
 }
 
 func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
@@ -329,6 +335,15 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 		return nil, err
 	}
 	s := at.spec
+	// A live migration's target: what its guest uses on the source pod,
+	// read before anything is made (port security checks addresses only
+	// with IPAM).
+	var src *migrationSource
+	if conf.IPAM.Type != "" && s.PortSecurityOn() && at.pod != nil {
+		if src, err = at.pod.migrationSource(args.IfName); err != nil {
+			return nil, err
+		}
+	}
 	client, closeConn, err := dial(conf.AgentSocket)
 	if err != nil {
 		return nil, types.NewError(types.ErrInternal, "agent client", err.Error())
@@ -374,6 +389,18 @@ func add(args *skel.CmdArgs, conf *NetConf) (*current.Result, error) {
 			// port security: the addresses the guest may send from
 			// (gateway, routes and DNS are for DHCP only)
 			s.Ip = &agentv1.IPConfig{Addresses: ipConfig(ir).Addresses}
+		}
+		if src != nil {
+			added, err := carryAddresses(s, res, src, args.IfName)
+			if err != nil {
+				return nil, rollback(err)
+			}
+			s.Labels[LabelMigrationSource] = src.pod
+			if len(added) > 0 {
+				s.Labels[LabelMigrationCarried] = strings.Join(added, ",")
+				logf("port %s (pod %s/%s, interface %s): target of live migration %s: also allowing %s, the interface's addresses in the source pod %s",
+					s.Id, s.Labels[LabelPodNamespace], s.Labels[LabelPodName], args.IfName, src.migration, strings.Join(added, ", "), src.pod)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)

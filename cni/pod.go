@@ -75,6 +75,9 @@ type podView struct {
 	pod    *corev1.Pod
 	lookup podnet.Lookup
 	vmi    *vmi.VMI // of a virt-launcher pod, once read
+	// the clients, for a live migration's source (migration.go)
+	core kubernetes.Interface
+	dyn  dynamic.Interface
 }
 
 // readPod reads the pod named in CNI_ARGS. It returns nil (and no error)
@@ -112,7 +115,7 @@ func getPod(rc *rest.Config, pod podArgs) (*podView, error) {
 	if pod.UID != "" && string(p.UID) != pod.UID {
 		return nil, types.NewError(ErrPodLookup, fmt.Sprintf("pod %s/%s has UID %s, CNI_ARGS say %s (the pod was replaced)", pod.Namespace, pod.Name, p.UID, pod.UID), "")
 	}
-	return &podView{pod: p, lookup: &podnet.ClusterLookup{Client: dc}}, nil
+	return &podView{pod: p, lookup: &podnet.ClusterLookup{Client: dc}, core: cs, dyn: dc}, nil
 }
 
 // apiError is ErrPodLookup for answers that will not change (not found,

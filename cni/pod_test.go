@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -30,13 +32,37 @@ import (
 // The real API server is exercised by hack/cluster/test-cni.sh.
 func apiServer(t *testing.T, pod *corev1.Pod, objects ...string) (kubeconfig string, gets *atomic.Int32) {
 	t.Helper()
-	gets = &atomic.Int32{}
+	f := newFakeAPI(t, pod, objects...)
+	return f.kubeconfig, f.gets
+}
+
+// fakeAPI is apiServer's server: gets counts the reads of the pod,
+// requested lists every path asked for.
+type fakeAPI struct {
+	kubeconfig string
+	gets       *atomic.Int32
+	mu         sync.Mutex
+	paths      []string
+}
+
+func (f *fakeAPI) requested() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.paths)
+}
+
+func newFakeAPI(t *testing.T, pod *corev1.Pod, objects ...string) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{gets: &atomic.Int32{}}
 	// objects: URL path, JSON, URL path, JSON, ...
 	byPath := map[string]string{}
 	for i := 0; i+1 < len(objects); i += 2 {
 		byPath[objects[i]] = objects[i+1]
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.paths = append(f.paths, r.URL.Path)
+		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		if o, ok := byPath[r.URL.Path]; ok {
 			fmt.Fprint(w, o)
@@ -48,12 +74,12 @@ func apiServer(t *testing.T, pod *corev1.Pod, objects ...string) (kubeconfig str
 				Status: "Failure", Reason: metav1.StatusReasonNotFound, Code: 404, Message: "pods not found"})
 			return
 		}
-		gets.Add(1)
+		f.gets.Add(1)
 		pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
 		json.NewEncoder(w).Encode(pod)
 	}))
 	t.Cleanup(srv.Close)
-	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	f.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: %q}}]
@@ -61,10 +87,10 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 `, srv.URL)
-	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
+	if err := os.WriteFile(f.kubeconfig, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfig, gets
+	return f
 }
 
 func launcherPod(annotations map[string]string) *corev1.Pod {

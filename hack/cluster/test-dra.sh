@@ -292,6 +292,8 @@ for v in get list watch; do
         can "$want" "$v" network-attachment-definitions.k8s.cni.cncf.io -A --as="$CNI_SA"
     check "(a) the CNI's account: $v virtualmachineinstances -A: $want" \
         can_sar "$want" "$v" kubevirt.io virtualmachineinstances "$CNI_SA"
+    check "(a) the CNI's account: $v virtualmachineinstancemigrations -A: $want" \
+        can_sar "$want" "$v" kubevirt.io virtualmachineinstancemigrations "$CNI_SA"
 done
 cni_no_more() {
     can no create pods -A --as="$CNI_SA" && can no get secrets -A --as="$CNI_SA" &&
