@@ -68,7 +68,7 @@ soak: build ## QEMU guests changing their queue counts under iperf3, DPDK fronte
 	hack/soak.sh --duration $(or $(SOAK_SECONDS),1800)
 
 .PHONY: bench
-bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup), what idle ports cost a busy pair and the node (hack/bench/density), what a /metrics scrape costs at each number of ports (hack/bench/scrape), a request/response neighbour's round-trip p50/p99/p999 quiet, beside a flood on the same worker and beside the flood under an egress limit (hack/bench/neighbour), how closely the rate limits hold 512k-10G, egress and ingress, 64 and 1500 B (hack/bench/limiter), and CNI ADD p50/p99/max with 50 one-queue-pair pods created at once on the one-node test cluster, through multus-lite (hack/bench/cni-burst.sh; CNI_BURST_ARGS, e.g. --pods 20; brings the cluster up unless one with multus-lite is: Kubernetes is built once per machine, 10-17 min cold)
+bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, interleaved trials (hack/bench/run.sh; BENCH_ARGS=--smoke for a short run), the flows x queue pairs scaling table through the switch (hack/bench/flows.sh; FLOWS_ARGS), callgrind instructions per frame against DPDK (hack/bench/instructions.sh), then the in-process Go benchmarks, idle CPU and wake-up latency per polling mode (hack/bench/wakeup), what idle ports cost a busy pair and the node (hack/bench/density), what a /metrics scrape costs at each number of ports (hack/bench/scrape), a request/response neighbour's round-trip p50/p99/p999 quiet, beside a flood on the same worker and beside the flood under an egress limit (hack/bench/neighbour), how closely the rate limits hold 512k-10G, egress and ingress, 64 and 1500 B (hack/bench/limiter), the same at 1G and 10G with DPDK virtio-user traffic, which offers more than the in-process generator (hack/bench/limiter-dpdk.sh; LIMITER_DPDK_ARGS, e.g. --trials 3), and CNI ADD p50/p99/max with 50 one-queue-pair pods created at once on the one-node test cluster, through multus-lite (hack/bench/cni-burst.sh; CNI_BURST_ARGS, e.g. --pods 20; brings the cluster up unless one with multus-lite is: Kubernetes is built once per machine, 10-17 min cold)
 	hack/install-deps.sh --no-kernel
 	hack/bench/run.sh $(BENCH_ARGS)
 	hack/bench/flows.sh $(if $(findstring --smoke,$(BENCH_ARGS)),--smoke) $(FLOWS_ARGS)
@@ -79,6 +79,7 @@ bench: build ## vhostmq vs DPDK's vhost backend with DPDK virtio-user traffic, i
 	$(GO) run ./hack/bench/scrape
 	$(GO) run ./hack/bench/neighbour
 	$(GO) run ./hack/bench/limiter
+	hack/bench/limiter-dpdk.sh $(LIMITER_DPDK_ARGS)
 	hack/bench/cni-burst.sh $(CNI_BURST_ARGS)
 
 .PHONY: bench-instructions

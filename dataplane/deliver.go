@@ -15,13 +15,10 @@ import (
 // put copies frame behind the header s.hdr (plainHdr but while an offload
 // frame is delivered) into an RX vring of dst, through the burst's RX hold.
 // It returns the vring chosen and how it went: fillNoRoom (uncounted: the
-// caller holds or drops the frame), fillBroken (the ring stopped, dst
-// had no ready ring, or its ingress limit dropped the frame: rv nil,
-// counted), or fillDone.
+// caller holds or drops the frame; no tokens of dst's ingress limit
+// spent), fillBroken (the ring stopped, dst had no ready ring, or its
+// ingress limit dropped the frame: rv nil, counted), or fillDone.
 func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, res fillResult) {
-	if !w.admit(dst, len(frame)) { // bandwidth.go
-		return nil, fillBroken
-	}
 	// A port with one pair whose ring the burst holds already takes the
 	// frame there: held, the ring cannot stop meanwhile.
 	h := &w.s.rx
@@ -45,6 +42,12 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 	res = fillDone
 	if h.avail == 0 {
 		res = h.refill()
+	}
+	if res == fillDone && !w.admit(dst, len(frame)) {
+		// policed (bandwidth.go), once the ring has room: a frame the
+		// ring could not take spends no tokens
+		s.inRX = false
+		return nil, fillBroken
 	}
 	if res == fillDone {
 		q, dhdr := h.q, h.hdrLen

@@ -1122,9 +1122,6 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 // frame: the walk is bounded again and a frame that came out shorter is
 // not delivered).
 func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, prefix []byte, frameLen int, hash uint32) {
-	if !w.admit(dst, frameLen) { // bandwidth.go
-		return
-	}
 	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
@@ -1142,10 +1139,10 @@ func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, p
 	r.Skip(srcHdr + len(prefix))
 	n, nbufs, res := w.fill(h, prefix, &r, frameLen)
 	switch {
-	case res == fillDone && n == frameLen && r.Err() == nil:
+	case res == fillDone && n == frameLen && r.Err() == nil && w.admit(dst, n): // bandwidth.go
 		w.commit(h, nbufs, n)
 	case res == fillDone:
-		w.unfill(h, nbufs) // the source chain changed under us
+		w.unfill(h, nbufs) // the source chain changed under us, or the ingress limit dropped it
 	case res == fillNoRoom:
 		rv.Counters.DropNoBuf.Add(1)
 	}
