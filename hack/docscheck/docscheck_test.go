@@ -31,7 +31,7 @@ var (
 	// More Markdown whose links resolve and whose vhostmq.io/ and
 	// vhostmq_ names exist in the code.
 	alsoChecked = []string{"charts/README.md", "cni/README.md", "plugin/README.md",
-		"deploy/README.md", "deploy/examples/README.md", "hack/cluster/README.md", "hack/kubevirt/README.md",
+		"deploy/README.md", "deploy/examples/README.md", "hack/cluster/README.md", "hack/kubevirt/README.md", "test/e2e/README.md",
 		"CHANGELOG.md"}
 	// The metrics reference: where each metric must be documented once
 	// it exists (until then, anywhere in documentedIn and docsDir).
