@@ -178,6 +178,25 @@ func (w *worker) housekeep(now int64) {
 	w.activeN.Store(int32(len(w.active)))
 }
 
+// activeTimeout is how long (ns) a sleeping worker may wait before the
+// active set needs it: the next sweep of parked rings, a shaped ring's
+// tokens (bandwidth.go), a swept ring's late kick; -1: nothing.
+func (w *worker) activeTimeout(now int64) int64 {
+	left := int64(-1)
+	if len(w.parked) > 0 && w.sweepEvery > 0 {
+		left = max(w.sweepEvery-(now-w.sweptAt), 0)
+	}
+	for _, a := range w.active {
+		if a.shapedUntil != 0 {
+			left = sooner(left, max(a.shapedUntil-now, 0))
+		}
+	}
+	if len(w.suspects) > 0 {
+		left = sooner(left, max(stallWait-(now-w.suspects[0].suspectAt), 0))
+	}
+	return left
+}
+
 // sweep looks at n parked rings, round robin, and activates those with
 // work a kick did not announce (a lost kick, or a guest that never kicks).
 func (w *worker) sweep(n int, now int64) {

@@ -801,43 +801,30 @@ func (w *worker) unarmHeld() {
 
 // sleepTimeout is how long (ms) the worker may sleep: until the held
 // frame's time is up, at most 1 ms when there is no kick to wait for;
-// until the next sweep of parked rings (active.go); -1 (no limit)
-// without either.
+// until the active set's next timer (active.go); -1 (no limit) without
+// any.
 func (w *worker) sleepTimeout() int {
-	left := w.holdTimeout() // held guest frames (hold.go)
-	if len(w.parked) > 0 && w.sweepEvery > 0 {
-		l := max(w.sweepEvery-(nanotime()-w.sweptAt), 0)
-		if left < 0 || l < left {
-			left = l
-		}
-	}
-	for _, a := range w.active {
-		if a.shapedUntil != 0 { // bandwidth.go
-			l := max(a.shapedUntil-nanotime(), 0)
-			if left < 0 || l < left {
-				left = l
-			}
-		}
-	}
-	if len(w.suspects) > 0 {
-		l := max(stallWait-(nanotime()-w.suspects[0].suspectAt), 0)
-		if left < 0 || l < left {
-			left = l
-		}
-	}
+	now := nanotime()
+	left := sooner(w.holdTimeout(), w.activeTimeout(now)) // hold.go, active.go
 	if wu := w.up; wu != nil && wu.held.to != nil {
-		l := wu.limit - (nanotime() - wu.held.since)
+		l := wu.limit - (now - wu.held.since)
 		if wu.held.kick < 0 {
 			l = min(l, int64(time.Millisecond))
 		}
-		if left < 0 || l < left {
-			left = l
-		}
+		left = sooner(left, max(l, 0))
 	}
 	if left < 0 {
 		return -1
 	}
 	return int(max((left+int64(time.Millisecond)-1)/int64(time.Millisecond), 1))
+}
+
+// sooner is the earlier of two timeouts in ns, -1 meaning none.
+func sooner(a, b int64) int64 {
+	if a < 0 || (b >= 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // wakeHolding wakes the workers holding a frame for rv: it stopped or

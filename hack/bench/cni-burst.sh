@@ -284,23 +284,9 @@ vmq_log "queue slots: $SLOTS_TOTAL ($NCPU CPUs x $SLOTS), allocatable $RES $(all
 
 # ------------------------------------------------------------------ NAD
 k get crd network-attachment-definitions.k8s.cni.cncf.io >/dev/null 2>&1 || crd_made=1
-k apply -f "$CLUSTER/manifests/nad-crd.yaml" >/dev/null
-k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
 if ! k get network-attachment-definitions.k8s.cni.cncf.io vhu-net >/dev/null 2>&1; then
     nad_made=1
-    nad_conf=$(jq -cn --arg kc "$VMQC_KUBECONFIG" \
-        '{cniVersion: "1.0.0", type: "vhostmq-cni", name: "vhu-net", capabilities: {CNIDeviceInfoFile: true, deviceID: true}, kubeconfig: $kc}')
-    k apply -f - >/dev/null <<EOF
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: vhu-net
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: $RES
-spec:
-  config: '$nad_conf'
-EOF
+    vmqc_apply_nad "$RES"
 fi
 [[ $(k get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}') == "$RES" ]] ||
     vmq_die "NAD default/vhu-net has no resourceName $RES"

@@ -68,6 +68,29 @@ vmqc_kubectl() {
     vmqc_in_ns env KUBECACHEDIR="$VMQC_RUN/kube-cache" \
         "$VMQC_BIN/kubectl" --kubeconfig "$VMQC_KUBECONFIG" --request-timeout 20s "$@"
 }
+
+# vmqc_apply_nad RESOURCE: the NetworkAttachmentDefinition CRD and the NAD
+# default/vhu-net (vhostmq-cni with the cluster's kubeconfig, its pods'
+# devices the RESOURCE the device plugin offers), as test-cni.sh and
+# hack/bench/cni-burst.sh use them
+vmqc_apply_nad() {
+    local conf
+    vmqc_kubectl apply -f "$VMQC_DIR/manifests/nad-crd.yaml" >/dev/null
+    vmqc_kubectl wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
+    conf=$(jq -cn --arg kc "$VMQC_KUBECONFIG" \
+        '{cniVersion: "1.0.0", type: "vhostmq-cni", name: "vhu-net", capabilities: {CNIDeviceInfoFile: true, deviceID: true}, kubeconfig: $kc}')
+    vmqc_kubectl apply -f - >/dev/null <<EOF
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: vhu-net
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: $1
+spec:
+  config: '$conf'
+EOF
+}
 # vmqc_ctr_at SOCK ARGS...: our ctr on a node's containerd, without its
 # cgroup v1 deprecation warning on every call
 vmqc_ctr_at() {

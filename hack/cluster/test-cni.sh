@@ -216,24 +216,10 @@ check "node allocatable $RES = 8" vmqc_poll 60 0.2 alloc_8
 # ------------------------------------------------------------------ (a)
 step "(a) NetworkAttachmentDefinition vhu-net"
 k get crd network-attachment-definitions.k8s.cni.cncf.io >/dev/null 2>&1 || crd_made=1
-k apply -f "$HERE/manifests/nad-crd.yaml" >/dev/null
-k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout 30s >/dev/null
-nad_conf=$(jq -cn --arg kc "$VMQC_KUBECONFIG" \
-    '{cniVersion: "1.0.0", type: "vhostmq-cni", name: "vhu-net", capabilities: {CNIDeviceInfoFile: true, deviceID: true}, kubeconfig: $kc}')
-k apply -f - >/dev/null <<EOF
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: vhu-net
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: $RES
-spec:
-  config: '$nad_conf'
-EOF
+vmqc_apply_nad "$RES"
 check "(a) NAD vhu-net exists with resourceName $RES" \
     test "$(k get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/resourceName}')" = "$RES"
-echo "    spec.config: $nad_conf"
+echo "    spec.config: $(k get network-attachment-definitions.k8s.cni.cncf.io vhu-net -o jsonpath='{.spec.config}')"
 
 # The Helm chart's rendering, validated by this API server (Kubernetes 1.37
 # schemas, admission, the NAD CRD): server-side dry run, nothing created

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"unicode"
+
+	reporoot "github.com/vhostmq/vhostmq/internal/repo"
 )
 
 // What is read, relative to the repository root.
@@ -77,7 +79,7 @@ func load(t *testing.T) *repo {
 }
 
 func readRepo() (*repo, error) {
-	root, err := repoRoot()
+	root, err := reporoot.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -112,23 +114,6 @@ func readRepo() (*repo, error) {
 	}
 	r.code, err = readCode(root)
 	return r, err
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func readMarkdown(root, rel string) (*mdFile, error) {

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vhostmq/vhostmq/internal/repo"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -36,7 +37,7 @@ const (
 func main() {
 	out := flag.String("o", "", "output file (default: "+outFile+" in the repository)")
 	flag.Parse()
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "docsgen:", err)
 		os.Exit(1)
@@ -57,25 +58,6 @@ func main() {
 	if err := os.WriteFile(path, doc, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "docsgen:", err)
 		os.Exit(1)
-	}
-}
-
-// repoRoot is the nearest directory from the working directory up that
-// holds go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run it inside the repository")
-		}
-		dir = parent
 	}
 }
 

@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vhostmq/vhostmq/internal/repo"
 )
 
 const regenerate = "go run ./hack/docsgen (or make docs), and commit the result"
 
 // The committed reference is what the generator writes from the chart.
 func TestHelmValuesUpToDate(t *testing.T) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

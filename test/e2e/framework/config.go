@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/vhostmq/vhostmq/internal/repo"
 )
 
 // Config is where the cluster is. Every field comes from an environment
@@ -40,23 +42,12 @@ func env(name, def string) string {
 	return def
 }
 
-// repoRoot: go test runs a package's tests in its folder, test/e2e.
-func repoRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
-	}
-	for d := wd; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return wd
-}
-
 // LoadConfig reads the environment.
 func LoadConfig() Config {
-	root := repoRoot()
+	root, err := repo.Root()
+	if err != nil {
+		root = "."
+	}
 	run := env("VHOSTMQ_CLUSTER_RUN", "/run/vhostmq-cluster")
 	logs := env("VHOSTMQ_CLUSTER_LOGS", "/var/log/vhostmq-cluster")
 	netns := env("VHOSTMQ_CLUSTER_NETNS", "vhostmq-cluster")
