@@ -314,7 +314,7 @@ func (w *worker) handleEvents(n int, now int64) {
 			unix.Read(w.wakefd, w.drainBuf[:])
 			w.woken = true // a look while awake took it: the loop must not sleep on it (worker.go)
 			continue
-		case heldKickToken: // closed by unarmHeld after the sleep
+		case heldKickToken: // closed by unarmHolds after the sleep
 			unix.Read(int(ev.Fd), w.drainBuf[:])
 			continue
 		case uplinkToken:

@@ -355,7 +355,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		Changed: func(v *netdev.Vring) {
 			if !v.IsTX() {
 				p.rxReady[v.Pair()].Store(v.Queue() != nil)
-				d.wakeHolding(v) // uplink.go
+				d.wakeHolding(v) // hold.go
 				return
 			}
 			p.workers[v.Pair()].Load().poke() // a parked ring started or stopped (active.go)

@@ -7,15 +7,15 @@ package dataplane
 // read into the worker's scratch (one copy), checked there, and each
 // destination gets what it can take: the frame with its metadata, the
 // frame with its checksum completed, or its segments (package offload).
-// Frames without metadata never come here.
+// Frames without metadata never come here. The uplink's side of it (the
+// tap's vnet header, software segmentation for af_xdp) is uplink_io.go's;
+// a DHCP frame with a partial checksum is dhcp.go's.
 
 import (
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/offload"
-	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
-	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
 // offloadScratch is a worker's room for frames with offload metadata.
@@ -172,150 +172,12 @@ func (w *worker) putBuf(dst *port, frame []byte, hdr *[virtio.NetHdrSize]byte, h
 	return nil, false
 }
 
-// answerDHCPMeta is answerDHCP for a DHCP frame read into scratch whose
-// UDP checksum the guest left partial (CSUM negotiated).
-func (w *worker) answerDHCPMeta(p *port, frame []byte) {
-	w.releaseRX(false)
-	o := &w.s.off
-	r := p.dhcp
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if o.h.GSOType != virtio.GSONone || len(frame) > len(r.in) {
-		r.srv.Counters.Malformed.Add(1)
-		return
-	}
-	in := r.in[:len(frame)]
-	copy(in, frame)
-	if o.h.Flags&offload.FNeedsCsum != 0 {
-		offload.Complete(in, &o.h)
-	}
-	if n := r.srv.Handle(in, r.out[:]); n > 0 {
-		if rv, ok := w.putBuf(p, r.out[:n], &plainHdr, vswitch.FlowHash(r.out[:n])); !ok && rv != nil {
-			rv.Counters.DropNoBuf.Add(1)
-		}
-	}
-}
-
-// uplinkMeta sends a checked frame with metadata w.s.off.h from scratch to
-// the uplink: whole to the tap (its vnet header carries the metadata),
-// completed or segmented in software for af_xdp.
-func (w *worker) uplinkMeta(nw *network, frame []byte) {
-	wu := w.up
-	if wu == nil {
-		return
-	}
-	o := &w.s.off
-	h := &o.h
-	gso := h.GSOType != virtio.GSONone
-	if gso && offload.SegmentLen(h, &o.in) > wu.u.mtu {
-		wu.u.TxOversize.Add(1)
-		return
-	}
-	switch {
-	case wu.tapq != nil:
-		buf := wu.q.TxFrame()
-		if txHeadroom+len(frame) > len(buf) {
-			wu.u.TxOversize.Add(1)
-			wu.q.Cancel()
-			return
-		}
-		copy(buf[txHeadroom:], frame)
-		w.sendUplinkHdr(nw, buf, txHeadroom, len(frame), h)
-		if gso {
-			wu.u.TxGSOWhole.Add(1)
-		}
-	case gso:
-		o.seg.Start(frame, h, o.in)
-		for seg := o.seg.Next(); seg != nil; seg = o.seg.Next() {
-			w.uplinkCopy(nw, seg)
-		}
-		wu.u.TxGSOSegmented.Add(1)
-	case h.Flags&offload.FNeedsCsum != 0:
-		old := offload.Complete(frame, h)
-		w.uplinkCopy(nw, frame)
-		offload.Restore(frame, h, old)
-		wu.u.TxCsumSoftware.Add(1)
-	default:
-		w.uplinkCopy(nw, frame)
-	}
-}
-
-// uplinkCopy sends a complete frame from a buffer to the uplink.
-func (w *worker) uplinkCopy(nw *network, frame []byte) {
-	wu := w.up
-	buf := wu.q.TxFrame()
-	if buf == nil {
-		wu.u.TxDropped.Add(1)
-		return
-	}
-	if txHeadroom+len(frame) > len(buf) {
-		wu.u.TxOversize.Add(1)
-		wu.q.Cancel()
-		return
-	}
-	copy(buf[txHeadroom:], frame)
-	w.sendUplink(nw, buf, txHeadroom, len(frame))
-}
-
 // deliverMetaOrDrop is deliverMeta for frames from guests: one that finds
 // no room is dropped (counted at the full ring).
 func (w *worker) deliverMetaOrDrop(dst *port, frame []byte, hash uint32) {
 	if full := w.deliverMeta(dst, frame, hash); full != nil {
 		full.Counters.DropNoBuf.Add(1)
 	}
-}
-
-// upMeta is the offload metadata of the uplink frame being switched: the
-// tap's vnet header, its VLAN tag (if any) removed, checked.
-type upMeta struct {
-	on bool
-	h  virtio.NetHdr
-	in offload.Info
-}
-
-// uplinkMetaIn reads and checks the vnet header of the frame just taken
-// from the worker's tap queue (untagged: tagged says whether a tag was
-// removed) into w.up.meta; false: the header does not fit the frame.
-func (w *worker) uplinkMetaIn(frame []byte, tagged bool) bool {
-	wu := w.up
-	wu.meta.on = false
-	if wu.tapq == nil {
-		return true
-	}
-	hb := wu.tapq.rx[:tap.HdrLen]
-	if hb[0]|hb[1] == 0 {
-		return true
-	}
-	m := &wu.meta
-	m.h.Decode(hb)
-	m.h.NumBuffers = 0
-	if tagged && m.h.Flags&offload.FNeedsCsum != 0 {
-		if m.h.CsumStart < vlanTag {
-			return false
-		}
-		m.h.CsumStart -= vlanTag
-	}
-	in, err := offload.Check(&m.h, frame, len(frame))
-	if err != nil {
-		return false
-	}
-	if m.h.GSOType != virtio.GSONone {
-		m.h.HdrLen = uint16(in.L4End)
-	}
-	m.in, m.on = in, true
-	return true
-}
-
-// deliverUp delivers the uplink frame being switched to dst, with its
-// offload metadata if it has any, and returns the RX vring that had no
-// room for it (uncounted), else nil.
-func (w *worker) deliverUp(dst *port, frame []byte, hash uint32) *netdev.Vring {
-	wu := w.up
-	if !wu.meta.on {
-		return w.deliverBuf(dst, frame, hash)
-	}
-	w.s.off.h, w.s.off.in = wu.meta.h, wu.meta.in
-	return w.deliverMeta(dst, frame, hash)
 }
 
 // forwardMeta is forward for a frame passed whole: the header in

@@ -2,10 +2,10 @@ package dataplane
 
 // The rebalancer: every interval it measures each queue pair's busy share
 // (the busy time its bursts took, a clock read per burst, none per frame)
-// and each worker's, asks dataplane/balance for a plan and hands the
+// and each worker's, asks dataplane/balance for a plan and moves the
 // planned pairs to their new workers.
 //
-// A handoff never loses or reorders a pair's frames: the pair's TX ring is
+// A move never loses or reorders a pair's frames: the pair's TX ring is
 // served under its lock by one worker at a time. The old worker drops the
 // pair from its list and is waited for until it has started a loop
 // iteration with the new list (it can then neither serve the ring nor ask
@@ -119,10 +119,10 @@ type RebalanceStatus struct {
 
 const keepMoves = 32
 
-// handoffTimeout bounds the wait for the old worker to let go of a pair;
+// moveTimeout bounds the wait for the old worker to let go of a pair;
 // a loop iteration takes microseconds, and a worker that does not finish
 // one in this time is stuck (health reports it): the pair stays.
-const handoffTimeout = time.Second
+const moveTimeout = time.Second
 
 // settleRuns is how many looks a moved pair stays where it went: its
 // load there is measured at least once before it may move again.
@@ -347,8 +347,8 @@ func percents(l []float64) []string {
 	return out
 }
 
-// move hands pair a from worker from to worker to (see the top of this
-// file). The caller holds placeMu.
+// move takes pair a from worker from and gives it to worker to (see the
+// top of this file). The caller holds placeMu.
 func (d *Dataplane) move(a *assignment, from, to *worker) error {
 	if a == nil || a.port.removed {
 		return errors.New("the port was removed")
@@ -360,9 +360,9 @@ func (d *Dataplane) move(a *assignment, from, to *worker) error {
 	if !from.take(a) {
 		return errors.New("the pair is not on its worker's list")
 	}
-	if !from.quiesce(handoffTimeout) {
+	if !from.quiesce(moveTimeout) {
 		from.add(a)
-		return fmt.Errorf("worker on CPU %d did not let go of the pair within %v", from.cpu, handoffTimeout)
+		return fmt.Errorf("worker on CPU %d did not let go of the pair within %v", from.cpu, moveTimeout)
 	}
 	v := a.tx
 	v.Lock()

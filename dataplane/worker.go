@@ -15,14 +15,14 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
-// assignment is one queue pair a worker serves. It moves with the pair
-// when the rebalancer hands the pair to another worker, counters included.
+// assignment is one queue pair a worker serves. It goes with the pair
+// when the rebalancer moves the pair to another worker, counters included.
 type assignment struct {
 	port    *port
 	pair    int
 	tx      *netdev.Vring
 	polling Polling
-	// Written by the one worker serving the pair (a handoff waits until
+	// Written by the one worker serving the pair (a move waits until
 	// the old worker has let go), read by anyone: stores, not atomic adds.
 	busyNs atomic.Uint64 // time spent in bursts that moved frames
 	bursts atomic.Uint64 // bursts that moved frames
@@ -56,7 +56,7 @@ type assignment struct {
 	// (bandwidth.go); 0: not shaped. The ring stays active, unarmed.
 	shapedUntil int64
 	// deficit is what the ring's bursts took beyond their fair share
-	// (negative or zero bytes: forward.go); the serving worker's only
+	// (negative or zero bytes: transmit.go); the serving worker's only
 	deficit int64
 }
 
@@ -115,17 +115,17 @@ type worker struct {
 	seenPasses uint64
 	seenAt     time.Time
 
-	passes   atomic.Uint64 // loop iterations: the health check watches it move (and a handoff)
+	passes   atomic.Uint64 // loop iterations: the health check watches it move (and a pair's move, quiesce)
 	sleeps   atomic.Uint64
 	busyNs   atomic.Uint64 // queues and uplink; written by the worker only
 	upBusyNs atomic.Uint64 // the uplink queue's share of busyNs
-	upStart  int64         // wall clock at the start of the last uplink burst (uplink.go)
+	upStart  int64         // wall clock at the start of the last uplink burst (uplink_io.go)
 	panics   atomic.Uint64
 	events   [64]unix.EpollEvent
 	s        scratch
 	drainBuf [8]byte
-	up       *workerUplink // the worker's uplink queue (uplink.go); nil without an uplink
-	// armedHolds are the pairs whose held frame's RX ring armHold armed
+	up       *workerUplink // the worker's uplink queue (uplink_io.go); nil without an uplink
+	// armedHolds are the pairs whose held frame's RX ring armPairHold armed
 	// for this sleep (hold.go)
 	armedHolds []*assignment
 
@@ -146,7 +146,15 @@ type worker struct {
 	woken      bool          // a wake-up was drained in this loop iteration (active.go)
 }
 
-const wakeToken = -1
+// Tokens (EpollEvent.Pad) of a worker's epoll set besides its TX rings'
+// kick eventfds (their vring IDs): its wake-up eventfd, its uplink queue
+// (uplinkToken), and the kick eventfd copy of the RX ring a held frame
+// waits for (heldKickToken: hold.go).
+const (
+	wakeToken     = -1
+	uplinkToken   = -2
+	heldKickToken = -3
+)
 
 func newWorker(dp *Dataplane, id, cpu int) (*worker, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -330,7 +338,6 @@ func (w *worker) routine() {
 		w.sleep(w.sleepTimeout())
 		w.sleeping.Store(false)
 		w.unarmHolds()
-		w.unarmHeld()
 		if mode == PollInterrupt {
 			w.tuneGrace(nanotime() - idleFrom)
 		}
@@ -452,7 +459,7 @@ func (w *worker) serveSafely(a *assignment) (worked bool) {
 }
 
 // arm re-enables guest kicks on every active TX ring (parked ones have
-// them on; and on the RX ring a held uplink frame waits for: uplink.go)
+// them on; and on the RX ring a held uplink frame waits for: hold.go)
 // and reports whether work arrived meanwhile.
 func (w *worker) arm() (more bool) {
 	w.sync()
@@ -463,7 +470,7 @@ func (w *worker) arm() (more bool) {
 		if a.hold.rv != nil {
 			// its next chain waits for the destination: wait for that
 			// ring's kick instead (hold.go)
-			if w.armHold(a) {
+			if w.armPairHold(a) {
 				more = true
 			}
 			continue
@@ -477,7 +484,7 @@ func (w *worker) arm() (more bool) {
 		a.tx.Unlock()
 	}
 	if !more {
-		more = w.armHeld()
+		more = w.armUplinkHold()
 	}
 	return more
 }
@@ -511,6 +518,34 @@ func (w *worker) sleep(timeout int) {
 		w.judgeSuspects(now)
 	}
 	w.activeN.Store(int32(len(w.active)))
+}
+
+// sleepTimeout is how long (ms) the worker may sleep: until the held
+// frame's time is up, at most 1 ms when there is no kick to wait for;
+// until the active set's next timer (active.go); -1 (no limit) without
+// any.
+func (w *worker) sleepTimeout() int {
+	now := nanotime()
+	left := sooner(w.holdTimeout(), w.activeTimeout(now)) // hold.go, active.go
+	if wu := w.up; wu != nil && wu.held.to != nil {
+		l := wu.limit - (now - wu.held.since)
+		if wu.held.kick < 0 {
+			l = min(l, int64(time.Millisecond))
+		}
+		left = sooner(left, max(l, 0))
+	}
+	if left < 0 {
+		return -1
+	}
+	return int(max((left+int64(time.Millisecond)-1)/int64(time.Millisecond), 1))
+}
+
+// sooner is the earlier of two timeouts in ns, -1 meaning none.
+func sooner(a, b int64) int64 {
+	if a < 0 || (b >= 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 func (w *worker) stop() {

@@ -636,9 +636,9 @@ func (p *Port) rebuild(v *Vring) {
 			p.log.Warn("vring cannot be used", "vring", v.Index, "err", err)
 		}
 	} else if v.q != nil && !v.IsTX() {
-		// Only a worker holding a frame from the uplink for a full RX
-		// ring waits for buffers, and it asks for the kick then
-		// (dataplane/uplink.go): spare the guest the kicks.
+		// Only a worker holding a frame for a full RX ring waits for
+		// buffers, and it asks for the kick then (dataplane/hold.go):
+		// spare the guest the kicks.
 		v.guarded("ring setup", notifyOff)
 	}
 	p.setLog(v)

@@ -1,7 +1,8 @@
 package dataplane
 
-// The per-packet path. A worker serves the TX vring of each queue pair it
-// owns, in bursts of up to burstSize chains, in three phases:
+// Out of a TX ring: the per-packet path from a guest's TX vring to its
+// destinations. A worker serves the TX vring of each queue pair it owns,
+// in bursts of up to burstSize chains, in three phases:
 //
 //  1. gather (virtq.GatherTX): the burst's heads and descriptors are read
 //     back to back; a chain real drivers post (one or two descriptors, no
@@ -25,6 +26,15 @@ package dataplane
 // with one publish. Locking follows netdev.Vring: a TX vring, then at most
 // one RX vring at a time (a held RX vring is released before another is
 // taken). Nothing here allocates.
+//
+// Where a frame goes from here:
+//
+//	deliver.go    into a guest's RX ring (the burst's hold of it, put, forward, deliver)
+//	offloads.go   a frame with offload metadata: passed whole, completed or segmented
+//	dhcp.go       a DHCP client frame, answered by the dataplane itself
+//	uplink_io.go  to the uplink
+//	hold.go       a frame whose destination ring is full, kept in its TX ring
+//	fault.go      a fault in guest memory or a broken ring cutting a burst short
 
 import (
 	"encoding/binary"
@@ -32,7 +42,6 @@ import (
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
-	"github.com/vhostmq/vhostmq/dataplane/guestmem"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
@@ -41,39 +50,9 @@ import (
 
 const (
 	burstSize = 32
-	// maxMergeBufs bounds how many RX chains one frame may span with
-	// MRG_RXBUF; a 9702-byte frame needs 7 chains of Linux's smallest
-	// mergeable buffers.
-	maxMergeBufs = 64
-	// maxTouched bounds the RX vrings one burst remembers to interrupt;
-	// beyond it, interrupts are sent at once.
-	maxTouched = 64
-	ethHeader  = 14
-	vlanTag    = 4
+	ethHeader = 14
+	vlanTag   = 4
 )
-
-type usedElem struct {
-	head uint16
-	len  uint32
-}
-
-// rxHold is the destination RX vring a burst holds locked, so that
-// consecutive frames to it share one lock, one avail-index read and one
-// used-index publish.
-type rxHold struct {
-	v         *netdev.Vring
-	q         *virtq.Queue
-	port      *port  // v's port: a stopped ring is no longer offered to flows
-	hdrLen    int    // v's virtio-net header length
-	mergeable bool   // v's guest takes frames spanning several chains
-	logging   bool   // v's queue marks what is written into it (live migration)
-	avail     int    // chains known to be available and not yet taken; re-read at 0
-	frames    uint64 // frames pushed and not yet published
-	bytes     uint64
-	// pub is the ring's used index when the hold began: what a fault in
-	// the source's memory rolls the hold back to (releaseAfterFault)
-	pub uint16
-}
 
 // scratch is a worker's per-burst state, allocated once.
 type scratch struct {
@@ -385,7 +364,7 @@ func (w *worker) classify(b *txBurst, k int) {
 			}
 		}
 		if dhcpHere && dhcp.IsClientFrame(frame) {
-			p.act = actWalk // answered here (local.go)
+			p.act = actWalk // answered here (dhcp.go)
 			continue
 		}
 		if dst != b.lastDst {
@@ -761,7 +740,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 	}
 	dst := vswitch.Key(frame[0:6])
 	// DHCP from a guest whose lease the dataplane holds is answered
-	// here (local.go), never switched.
+	// here (dhcp.go), never switched.
 	local := b.dhcp && dhcp.IsClientFrame(frame)
 	var to *port
 	if !vswitch.KeyIsMulticast(dst) && !local {
@@ -811,7 +790,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 	} else {
 		switch {
 		case to != nil && to.up != nil:
-			frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink.go
+			frameLen = w.forwardUplink(src.net, &r, frame, maxFrame) // uplink_io.go
 		case to != nil && to != src:
 			frameLen = w.forward(to, &r, frame, maxFrame, hash)
 			if s.held {
@@ -878,7 +857,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 			}
 		}
 		if src.net.up != nil {
-			w.floodUplink(src.net, q, head, hdrLen, frame, frameLen) // uplink.go
+			w.floodUplink(src.net, q, head, hdrLen, frame, frameLen) // uplink_io.go
 			flooded = true
 		}
 		if !flooded {
@@ -906,425 +885,4 @@ func (w *worker) endBurst(tx *netdev.Vring) {
 	w.s.blamed = w.culprit(r, tx)
 	w.releaseAfterFault(w.s.blamed)
 	panic(r)
-}
-
-// culprit is the ring a panic while serving tx is blamed on: for a memory
-// fault, the one of tx and the held RX ring whose port's mappings hold
-// the faulting address (a frame from tx's guest into another guest's
-// ring may fault in either's memory); otherwise, or when neither holds
-// it, the held RX ring if its memory was being touched, else tx. Caller
-// holds both rings.
-func (w *worker) culprit(r any, tx *netdev.Vring) *netdev.Vring {
-	held := w.s.rx.v
-	if f := guestmem.AsFault(r); f != nil {
-		switch {
-		case held != nil && held.Holds(f.Addr):
-			return held
-		case tx.Holds(f.Addr):
-			return tx
-		}
-	}
-	if w.s.inRX && held != nil {
-		return held
-	}
-	return tx
-}
-
-// releaseAfterFault releases the held RX ring after a fault. The culprit's
-// is dropped as it stands (its memory is not touched again). Any other
-// (the fault was in the source's memory) is rolled back to where the hold
-// began: the frames the source put there and not yet published are taken
-// back (a frame spanning several buffers is pushed before it is copied
-// whole: publishing it could hand the guest half a frame and a stale
-// header), and every chain taken since is given back (rings complete in
-// order). Only the faulting source's frames are lost. Neither touches
-// guest memory: the roll-back moves the queue's own indexes, and nothing
-// is published.
-func (w *worker) releaseAfterFault(culprit *netdev.Vring) {
-	h := &w.s.rx
-	if h.v == nil {
-		return
-	}
-	w.s.inRX = false
-	if h.v == culprit || h.v.Port == culprit.Port {
-		h.unready()
-	} else {
-		h.q.Unpush(int(h.q.UsedIdx() - h.pub))
-		h.q.Unpop(int(h.q.LastAvail() - h.q.UsedIdx()))
-	}
-	h.v.Unlock()
-	*h = rxHold{}
-}
-
-// settleAfterFault finishes a burst that a fault in another vring's
-// memory (culprit, now stopped) cut short, so that no guest waits forever:
-// the TX chain in hand is given back (a unicast frame is served again; a
-// flood, which may have reached some guests, is lost), the TX ring's
-// completions are published and its guest interrupted, and every
-// destination that got frames is interrupted.
-// Those rings were readable a moment ago; should one fault now all the
-// same, the rest of the settling is given up rather than the process.
-func (w *worker) settleAfterFault(tx, culprit *netdev.Vring) {
-	w.untouch(culprit)
-	if tx.Port != culprit.Port {
-		w.returnInHandSafely(tx)
-	}
-	w.callTouched() // each decision catches its own fault (netdev.Vring.Call)
-}
-
-// returnInHandSafely is returnInHand, giving up (with a log line) should
-// the source's ring fault now all the same.
-func (w *worker) returnInHandSafely(tx *netdev.Vring) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.s.k = 0
-			w.dp.log.Warn("second fault while settling a burst", "port", tx.Port.Name(), "vring", tx.Index, "err", r)
-		}
-	}()
-	w.returnInHand(tx)
-}
-
-// returnInHand returns the TX chain in hand as used, publishes the TX
-// ring and interrupts its guest if it wants that.
-func (w *worker) returnInHand(tx *netdev.Vring) {
-	tx.Lock()
-	defer tx.Unlock()
-	q := tx.Queue()
-	if q == nil {
-		q = tx.StartedDisabled()
-	}
-	if q == nil {
-		return
-	}
-	if s := &w.s; s.k > 0 {
-		q.Unpop(s.k - 1 - s.cur)
-		if q.LastAvail() != q.UsedIdx() {
-			if s.plan[s.cur].act == actUnicast {
-				// A unicast frame reached no guest yet (the fault was in
-				// its destination's memory, now stopped, or in another
-				// port's ring released on its way): served again.
-				q.Unpop(1)
-			} else {
-				// a flood may have reached some guests: not twice
-				q.Push(s.frames[s.cur].Head, 0)
-			}
-		}
-		s.k = 0
-	}
-	q.Publish()
-	tx.Call()
-}
-
-// holdRX makes rv the held RX vring (releasing the previous one) and
-// returns the hold, or nil when rv cannot take frames.
-func (w *worker) holdRX(rv *netdev.Vring, dst *port) *rxHold {
-	h := &w.s.rx
-	if h.v == rv {
-		return h
-	}
-	w.releaseRX(false)
-	rv.Lock()
-	q := rv.Queue()
-	if q == nil {
-		rv.Unlock()
-		return nil
-	}
-	*h = rxHold{v: rv, q: q, port: dst, hdrLen: rv.HdrLen(), mergeable: rv.Mergeable(), logging: q.Logging(), pub: q.UsedIdx()}
-	return h
-}
-
-// releaseRX publishes what the held RX vring received (one fence), counts
-// it, and unlocks it. With callNow the guest is interrupted at once if it
-// wants to be (the end of a burst); otherwise the decision waits for
-// callTouched.
-func (w *worker) releaseRX(callNow bool) {
-	h := &w.s.rx
-	rv := h.v
-	if rv == nil {
-		return
-	}
-	if h.frames > 0 {
-		s := &w.s
-		prev := s.inRX
-		s.inRX = true
-		h.q.Publish()
-		s.inRX = prev
-		c := &rv.Counters
-		c.Packets.Add(h.frames)
-		c.Bytes.Add(h.bytes)
-		if callNow {
-			w.untouch(rv)
-			rv.Call()
-		} else {
-			w.touch(rv)
-		}
-	} else if callNow && w.untouch(rv) {
-		rv.Call()
-	}
-	*h = rxHold{}
-	rv.Unlock()
-}
-
-// forward copies a unicast frame into an RX vring of dst, reading the rest
-// of the source chain from r (whose first bytes, prefix, were already
-// read), and returns the frame length (more than maxFrame: too long, not
-// delivered). The caller checks r.Err().
-func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
-	pair := dst.pickRX(hash)
-	if pair < 0 {
-		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
-		if n <= maxFrame {
-			dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		}
-		return n
-	}
-	rv := dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv, dst)
-	if h == nil {
-		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
-		if n <= maxFrame {
-			rv.Counters.DropDisable.Add(1)
-		}
-		return n
-	}
-	s := &w.s
-	s.inRX = true
-	n, nbufs, res := w.fill(h, prefix, r, maxFrame+1)
-	if res == fillDone {
-		if n <= maxFrame && n >= s.minLen && r.Err() == nil && w.admit(dst, n) {
-			if a := s.a; a != nil && a.hold.stalled != nil {
-				a.delivered(dst)
-			}
-			w.commit(h, nbufs, n)
-			if s.hdr[1] != virtio.GSONone { // offloads.go: a GSO frame passed whole
-				rv.Counters.GSOWhole.Add(1)
-			}
-		} else {
-			w.unfill(h, nbufs)
-		}
-	}
-	// Cleared on a normal return only: after a fault in rv's memory
-	// serveSafely must blame rv, not the source ring.
-	s.inRX = false
-	if res == fillDone || (res == fillNoRoom && w.hold(rv, dst)) {
-		return n
-	}
-	n += r.Skip(maxFrame + 1 - n)
-	if res == fillNoRoom && n <= maxFrame && r.Err() == nil {
-		rv.Counters.DropNoBuf.Add(1)
-	}
-	return n
-}
-
-// deliver copies a flooded frame into an RX vring of dst: prefix (its
-// head as read and checked once) and the rest walking the source chain
-// again (a guest rewriting its descriptors meanwhile only hurts its own
-// frame: the walk is bounded again and a frame that came out shorter is
-// not delivered).
-func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, prefix []byte, frameLen int, hash uint32) {
-	pair := dst.pickRX(hash)
-	if pair < 0 {
-		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
-		return
-	}
-	rv := dst.dev.Vrings()[2*pair]
-	h := w.holdRX(rv, dst)
-	if h == nil {
-		rv.Counters.DropDisable.Add(1)
-		return
-	}
-	s := &w.s
-	s.inRX = true
-	r := src.NewReader(head)
-	r.Skip(srcHdr + len(prefix))
-	n, nbufs, res := w.fill(h, prefix, &r, frameLen)
-	switch {
-	case res == fillDone && n == frameLen && r.Err() == nil && w.admit(dst, n): // bandwidth.go
-		w.commit(h, nbufs, n)
-	case res == fillDone:
-		w.unfill(h, nbufs) // the source chain changed under us, or the ingress limit dropped it
-	case res == fillNoRoom:
-		rv.Counters.DropNoBuf.Add(1)
-	}
-	s.inRX = false
-}
-
-type fillResult int
-
-const (
-	fillDone   fillResult = iota // the frame is in nbufs chains, taken and not yet pushed
-	fillNoRoom                   // no (or too few) buffers: nothing taken
-	fillBroken                   // the destination broke the ring protocol: stopped and released
-)
-
-// fill takes buffers from the held RX vring and writes the virtio-net
-// header (s.hdr: plainHdr but while an offload frame is delivered), then prefix, then what r still holds, up to limit frame bytes.
-// It returns the frame bytes consumed (prefix included) and, when done,
-// how many chains hold them (in s.used).
-func (w *worker) fill(h *rxHold, prefix []byte, r *virtq.Reader, limit int) (n, nbufs int, res fillResult) {
-	s := &w.s
-	rv, rq := h.v, h.q
-	dhdr := rv.HdrLen()
-	prefix = prefix[:min(len(prefix), limit)]
-	for {
-		if nbufs == maxMergeBufs || (nbufs == 1 && !rv.Mergeable()) {
-			w.unfill(h, nbufs)
-			return n, 0, fillNoRoom
-		}
-		if h.avail == 0 {
-			avail, err := rq.Pending()
-			if err != nil {
-				w.unfill(h, nbufs)
-				w.breakHeld(err)
-				return n, 0, fillBroken
-			}
-			if avail == 0 {
-				w.unfill(h, nbufs)
-				return n, 0, fillNoRoom
-			}
-			h.avail = avail
-		}
-		head, err := rq.Pop()
-		if err != nil {
-			w.unfill(h, nbufs)
-			w.breakHeld(err)
-			return n, 0, fillBroken
-		}
-		h.avail--
-		nbufs++
-		wr := rq.NewWriter(head)
-		m := 0
-		if nbufs == 1 {
-			if m = wr.Write(s.hdr[:dhdr]); m < dhdr {
-				if err := wr.Err(); err != nil {
-					w.unfill(h, nbufs)
-					w.breakHeld(err)
-					return n, 0, fillBroken
-				}
-				w.unfill(h, nbufs)
-				return n, 0, fillNoRoom
-			}
-		}
-		if len(prefix) > 0 {
-			k := wr.Write(prefix)
-			prefix = prefix[k:]
-			m += k
-			n += k
-		}
-		if len(prefix) == 0 && n < limit {
-			c := wr.CopyFrom(r, limit-n)
-			m += c
-			n += c
-		}
-		if err := wr.Err(); err != nil {
-			w.unfill(h, nbufs)
-			w.breakHeld(err)
-			return n, 0, fillBroken
-		}
-		s.used[nbufs-1] = usedElem{head: head, len: uint32(m)}
-		if n == limit || (len(prefix) == 0 && !r.More()) {
-			return n, nbufs, fillDone
-		}
-		// this chain is full and the frame goes on: the next chain
-	}
-}
-
-// unfill gives back the last k chains taken from the held vring.
-func (w *worker) unfill(h *rxHold, k int) {
-	h.q.Unpop(k)
-	h.avail += k
-}
-
-// commit returns the chains of a filled frame as used (published when the
-// hold is released).
-func (w *worker) commit(h *rxHold, nbufs, frameLen int) {
-	s := &w.s
-	rq := h.q
-	if nbufs > 1 {
-		// num_buffers lives in the first chain's header (it may be split
-		// across descriptors, so write it through a walker).
-		wr := rq.NewWriter(s.used[0].head)
-		wr.Skip(10)
-		nb := [2]byte{byte(nbufs), byte(nbufs >> 8)}
-		wr.Write(nb[:])
-	}
-	for i := range nbufs {
-		rq.Push(s.used[i].head, s.used[i].len)
-	}
-	h.frames++
-	h.bytes += uint64(frameLen)
-}
-
-// breakHeld stops the held RX vring (its driver broke the ring protocol)
-// after publishing the frames it already took, and releases it.
-func (w *worker) breakHeld(err error) {
-	h := &w.s.rx
-	w.breakVring(h.v, err)
-	h.unready()
-	w.releaseRX(false)
-}
-
-// unready takes the held RX vring out of pickRX's choices until the
-// frontend sets it up again (the Changed hook), so that flows pinned to it
-// move to the port's other pairs instead of being dropped there.
-func (h *rxHold) unready() {
-	if h.port != nil {
-		h.port.rxReady[h.v.Pair()].Store(false)
-	}
-}
-
-// touch remembers that rv needs an interrupt decision at the end of the
-// burst. Caller holds rv's lock.
-func (w *worker) touch(rv *netdev.Vring) {
-	s := &w.s
-	for i := range s.nt {
-		if s.touched[i] == rv {
-			return
-		}
-	}
-	if s.nt == maxTouched {
-		rv.Call()
-		return
-	}
-	s.touched[s.nt] = rv
-	s.nt++
-}
-
-// untouch forgets rv and reports whether it was remembered.
-func (w *worker) untouch(rv *netdev.Vring) bool {
-	s := &w.s
-	for i := range s.nt {
-		if s.touched[i] == rv {
-			s.nt--
-			s.touched[i], s.touched[s.nt] = s.touched[s.nt], nil
-			return true
-		}
-	}
-	return false
-}
-
-// callTouched interrupts each destination guest once per burst.
-func (w *worker) callTouched() {
-	s := &w.s
-	for s.nt > 0 {
-		s.nt--
-		rv := s.touched[s.nt]
-		s.touched[s.nt] = nil
-		callLocked(rv)
-	}
-}
-
-func callLocked(rv *netdev.Vring) {
-	rv.Lock()
-	defer rv.Unlock()
-	rv.Call()
-}
-
-// breakVring stops a vring whose driver broke the ring protocol. Caller
-// holds its lock.
-func (w *worker) breakVring(v *netdev.Vring, err error) {
-	if v.Break(err) {
-		w.dp.log.Warn("vring stopped: the guest broke the ring protocol; it restarts when the frontend sets it up again",
-			"port", v.Port.Name(), "vring", v.Index, "err", err)
-	}
 }

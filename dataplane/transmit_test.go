@@ -16,7 +16,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 )
 
-// Per-burst delivery (forward.go): a burst holds each destination RX ring
+// Per-burst delivery (transmit.go, deliver.go): a burst holds each destination RX ring
 // once, publishes once and interrupts once; frames keep their order per
 // destination; a ring that fills mid-burst takes what fits; a source chain
 // that breaks mid-copy leaves nothing in the destination.
