@@ -111,9 +111,10 @@ docs: ## Regenerate docs/reference/helm-values.md from the chart's values.schema
 	$(GO) run ./hack/docsgen
 
 .PHONY: verify
-verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, helm lint, deploy/ up to date with the chart, and the chart's exposure rules (go test ./charts/)
+verify: ## gofmt, go vet, staticcheck, shellcheck, generated code, every mermaid diagram in the docs parses, helm lint, deploy/ up to date with the chart, and the chart's exposure rules (go test ./charts/)
 	hack/verify.sh $(STATICCHECK_VERSION)
 	hack/manifests.sh --check
+	hack/docscheck/mermaid.sh
 
 .PHONY: manifests
 manifests: ## Lint the Helm chart and render deploy/vhostmq.yaml from it

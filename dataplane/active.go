@@ -1,6 +1,9 @@
 package dataplane
 
 import (
+	"slices"
+	"time"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -61,6 +64,7 @@ func (w *worker) sync() {
 		return
 	}
 	w.seen = l
+	w.keepSuspects(l.list)
 	clear(w.active)
 	clear(w.parked)
 	w.active, w.parked = w.active[:0], w.parked[:0]
@@ -134,7 +138,7 @@ func (w *worker) parkArmed(i int) {
 	w.active[i], last.at = last, i
 	w.active[len(w.active)-1] = nil
 	w.active = w.active[:len(w.active)-1]
-	a.parked, a.at, a.sweptSince = true, len(w.parked), nanotime()
+	a.parked, a.at, a.parkedAt = true, len(w.parked), nanotime()
 	a.swept.Store(w.sweepEvery > 0)
 	w.parked = append(w.parked, a)
 }
@@ -164,6 +168,7 @@ func (w *worker) housekeep(now int64) {
 	if len(w.suspects) > 0 {
 		w.judgeSuspects(now)
 	}
+	w.publish() // before rings park: publish looks at active ones
 	for i := len(w.active) - 1; i >= 0; i-- {
 		// A busy-polled ring never parks: its guest must never kick.
 		if a := w.active[i]; now-a.lastWork >= parkIdle && a.polling != PollBusy && a.shapedUntil == 0 {
@@ -221,10 +226,10 @@ func (w *worker) sweep(n int, now int64) {
 // chains and kick a while later (a vCPU descheduled in between): that
 // kick then arrives on the now active ring's eventfd and is counted.
 func (w *worker) suspect(a *assignment, now int64) {
-	if a.suspectAt != 0 || kickPending(a) {
+	if slices.Contains(w.suspects, a) || kickPending(a) {
 		return
 	}
-	a.suspectAt, a.suspectKicks = now, a.tx.Counters.Kicks.Load()
+	a.suspectAt, a.suspectKicks, a.suspectParked = now, a.tx.Counters.Kicks.Load(), now-a.parkedAt
 	w.suspects = append(w.suspects, a)
 }
 
@@ -235,6 +240,22 @@ func kickPending(a *assignment) bool {
 	return readable(a.tx.KickFD())
 }
 
+// kickAfterStall tells a late kick from a lost one: the first kick of a
+// ring whose stall the sweep declared, if it comes within lateKickWindow
+// of the entries it found, was late (a guest vCPU descheduled that long),
+// not lost.
+func (w *worker) kickAfterStall(a *assignment, now int64) {
+	if late := now - a.stalledAt; late < lateKickWindow {
+		w.dp.log.Info("a stalled queue's kick came late: the guest did kick, after the stall bound",
+			"port", a.port.dev.Name(), "pair", a.pair, "cpu", w.cpu, "late_ms", late/1_000_000)
+	}
+	a.stalledAt = 0
+}
+
+// lateKickWindow: a kick this long after a declared stall's entries were
+// found still answers them.
+const lateKickWindow = int64(2_000_000_000)
+
 // stallWait is how long a swept ring's kick may be late before the sweep
 // calls it lost: the watchdog's default bound.
 const stallWait = int64(DefaultStallBound)
@@ -244,22 +265,27 @@ func (w *worker) judgeSuspects(now int64) {
 	keep := w.suspects[:0]
 	for _, a := range w.suspects {
 		switch {
-		case a.owner != w || a.suspectAt == 0:
-			a.suspectAt = 0 // moved away: not ours to judge
 		case now-a.suspectAt < stallWait:
 			keep = append(keep, a)
 			continue
 		case kickPending(a) || a.tx.Counters.Kicks.Load() != a.suspectKicks:
-			a.suspectAt = 0 // the kick came late
+			// the kick came late: not a stall
 		default:
 			a.tx.Counters.Stalls.Add(1)
 			w.dp.log.Warn("queue stalled: a parked ring had entries waiting and its guest did not kick; the sweep served it",
-				"port", a.port.dev.Name(), "pair", a.pair, "cpu", w.cpu, "after", a.suspectAt-a.sweptSince)
-			a.suspectAt = 0
+				"port", a.port.dev.Name(), "pair", a.pair, "cpu", w.cpu, "parked_for", time.Duration(a.suspectParked))
+			a.stalledAt = a.suspectAt
 		}
 	}
 	clear(w.suspects[len(keep):])
 	w.suspects = keep
+}
+
+// keepSuspects forgets the suspects that left the worker's list. It reads
+// nothing of theirs: once the list changed (take), the pair's new worker
+// may already be writing it (move).
+func (w *worker) keepSuspects(list []*assignment) {
+	w.suspects = slices.DeleteFunc(w.suspects, func(a *assignment) bool { return !slices.Contains(list, a) })
 }
 
 // pending reports whether a ring has chains waiting (or has just been
@@ -330,6 +356,9 @@ func (w *worker) handleEvents(n int, now int64) {
 			a.tx.Counters.Kicks.Add(1)
 		}
 		a.tx.Unlock()
+		if a.stalledAt != 0 {
+			w.kickAfterStall(a, now)
+		}
 		w.activate(a, now)
 	}
 }

@@ -303,6 +303,7 @@ func (w *worker) egressBudget(a *assignment, src *port, now int64) (int64, *buck
 // frame again; the ring stays active meanwhile (its chains wait in it).
 func (w *worker) shape(a *assignment, eg *bucket, now int64) {
 	a.shapedUntil = now + max(eg.wait(minShapedFrame, now), 1)
+	a.shaped.Store(true)
 	a.lastWork = now
 	a.tx.Counters.Shaped.Add(1)
 }

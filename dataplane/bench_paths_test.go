@@ -240,6 +240,8 @@ var rxVariants = []struct {
 	{"mrg", frontend.Config{}},
 	{"nomrg", frontend.Config{Features: frontend.DefaultFeatures &^ (1 << virtio.NetFMrgRxbuf)}},
 	{"mrg-span512", frontend.Config{RxBufSize: 512}},
+	// VIRTIO_F_IN_ORDER: the frontend fails on any used entry out of avail order
+	{"inorder-span512", frontend.Config{RxBufSize: 512, Features: frontend.DefaultFeatures | 1<<virtio.FInOrder}},
 }
 
 // BenchmarkPathTxDrop: the g2h path; dequeue, header peek, learning, flow

@@ -104,6 +104,9 @@ type Dataplane struct {
 	log     *slog.Logger
 	workers []*worker
 	macAge  time.Duration
+	// healthMu serialises WorkerHealth, whose progress bookkeeping
+	// (worker.seenPasses, seenAt) the agent's monitor and its callers share
+	healthMu sync.Mutex
 
 	topo        balance.Topology
 	rebal       RebalanceConfig

@@ -262,7 +262,7 @@ func (w *worker) putSpan(h *rxHold, head uint16, first, frame []byte) fillResult
 	}
 	s.putHdr(first, dhdr)
 	if dhdr >= 12 {
-		first[10], first[11] = byte(nbufs), byte(nbufs>>8)
+		putNumBuffers(first, nbufs)
 	}
 	if h.logging {
 		q.LogWritten(first[:firstLen])
@@ -294,12 +294,28 @@ func (h *rxHold) refill() fillResult {
 }
 
 // putHdr writes the first n (10 or 12) bytes of s.hdr at the start of
-// buf, which holds at least n, as one or two stores rather than a call.
+// buf, which holds at least n, as one or two stores rather than a call,
+// and only where buf does not hold them already. A driver recycles its
+// receive buffers, and a buffer usually still holds the header of the
+// last frame it received, the same as this one's: left unwritten, its
+// cache line stays shared and the driver's first read of the frame (its
+// num_buffers) hits its own cache instead of fetching the line from the
+// worker's. DPDK's vhost does the same (ASSIGN_UNLESS_EQUAL).
 func (s *scratch) putHdr(buf []byte, n int) {
 	if n == virtio.NetHdrSize {
-		*(*[virtio.NetHdrSize]byte)(buf) = s.hdr
-	} else {
-		copy(buf[:n], s.hdr[:n])
+		if h := (*[virtio.NetHdrSize]byte)(buf); *h != s.hdr {
+			*h = s.hdr
+		}
+	} else if h := buf[:n]; string(h) != string(s.hdr[:n]) {
+		copy(h, s.hdr[:n])
+	}
+}
+
+// putNumBuffers sets the num_buffers field of the 12-byte header at the
+// start of buf to c, only if it differs (putHdr).
+func putNumBuffers(buf []byte, c int) {
+	if buf[10] != byte(c) || buf[11] != byte(c>>8) {
+		buf[10], buf[11] = byte(c), byte(c>>8)
 	}
 }
 

@@ -22,8 +22,10 @@ const stuckAfter = 2 * time.Second
 
 // WorkerHealth checks every worker: it must be running, either asleep
 // waiting for kicks or making progress, and its CPU must still be online
-// and allowed to this process. Call it from one goroutine.
+// and allowed to this process. Calls are serialised (healthMu).
 func (d *Dataplane) WorkerHealth() []WorkerHealth {
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
 	now := time.Now()
 	var allowed unix.CPUSet
 	affOK := unix.SchedGetaffinity(0, &allowed) == nil

@@ -49,7 +49,7 @@ type QueueStats struct {
 	Kicks     uint64       `json:"kicks"`
 	Calls     uint64       `json:"calls"`
 	NUMA      int          `json:"numa"`   // the worker CPU's NUMA node
-	BusyNs    uint64       `json:"busyNs"` // worker time spent moving this pair's guest TX
+	BusyNs    uint64       `json:"busyNs"` // worker time spent moving this pair's guest TX (with Bursts: at most 20 µs behind, worker.publish)
 	Bursts    uint64       `json:"bursts"` // bursts that moved frames: BusyNs/Bursts is the cost per burst
 	Drops     QueueDrops   `json:"drops"`
 	Offload   OffloadStats `json:"offload"`

@@ -15,7 +15,8 @@ package dataplane
 //     with one hold of its RX vring, one look at its avail index and its
 //     buffers taken back to back (unicastRun, or spanRun for buffers
 //     smaller than the frames), one copy per frame from the source
-//     guest's buffer into the destination's; other frames go one by one
+//     guest's buffer into the destination's (a flood that reaches one
+//     port runs the same way); other frames go one by one
 //     (txDirect: the first of a run, floods; txWalk: chains for the
 //     walker, offload metadata, DHCP, the uplink). A frame whose
 //     destination is full is held (hold.go): the burst ends there and the
@@ -39,6 +40,7 @@ package dataplane
 import (
 	"encoding/binary"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
@@ -116,19 +118,24 @@ type txBurst struct {
 	hdrLen    int
 	maxFrame  int
 	now       int64
-	discard   bool   // the ring is started but disabled: its frames are dropped
-	direct    bool   // frames of direct chains may take the direct path
-	multiPair bool   // src has several pairs: flows are recorded
-	alone     bool   // src is its network's only port, and there is no uplink: nowhere to flood
-	dhcp      bool   // src's DHCP client frames are answered here
-	lastSmac  uint64 // the source last learned (a Key; never a real one at first)
-	lastDst   uint64 // the destination last looked up (a Key), its port and its index in scratch.dsts
-	lastTo    *port
-	lastIdx   uint8
-	limit     int64     // bytes the burst may move (fair share, egress limit)
-	guard     guardMode // src's port security
-	mac       uint64    // the source address src's frames must carry (a Key); noKey: none claimed yet
-	ip4       uint32    // src's one allowed IPv4 source (guardIP) as a little-endian load reads it, 0 when it has none or several: checked inline
+	discard   bool // the ring is started but disabled: its frames are dropped
+	direct    bool // frames of direct chains may take the direct path
+	multiPair bool // src has several pairs: flows are recorded
+	alone     bool // src is its network's only port, and there is no uplink: nowhere to flood
+	// floodOne is the one port a flood reaches (src's network holds it
+	// and src only, and no uplink), nil otherwise; floodAt is its index in
+	// scratch.dsts once classify named it there, -1 before.
+	floodOne *port
+	floodAt  int8
+	dhcp     bool   // src's DHCP client frames are answered here
+	lastSmac uint64 // the source last learned (a Key; never a real one at first)
+	lastDst  uint64 // the destination last looked up (a Key), its port and its index in scratch.dsts
+	lastTo   *port
+	lastIdx  uint8
+	limit    int64     // bytes the burst may move (fair share, egress limit)
+	guard    guardMode // src's port security
+	mac      uint64    // the source address src's frames must carry (a Key); noKey: none claimed yet
+	ip4      uint32    // src's one allowed IPv4 source (guardIP) as a little-endian load reads it, 0 when it has none or several: checked inline
 
 	pkts, bytes, runts, oversize, nodest, disabled, badOffload, spoofed uint64
 }
@@ -201,11 +208,18 @@ func (w *worker) serveTX(a *assignment) bool {
 	if shaping {
 		limit = budget
 	}
+	ports := *src.net.ports.Load()
 	*b = txBurst{a: a, src: src, v: v, q: q, hdrLen: v.HdrLen(),
 		maxFrame: src.dev.MTU() + ethHeader + vlanTag, now: now,
 		discard: discard, direct: !discard && src.net.up == nil,
 		multiPair: len(src.rxReady) > 1, dhcp: src.dhcp != nil, lastSmac: noKey, lastDst: noKey,
-		alone: len(*src.net.ports.Load()) <= 1 && src.net.up == nil, limit: limit}
+		alone: len(ports) <= 1 && src.net.up == nil, limit: limit}
+	if len(ports) == 2 && src.net.up == nil {
+		b.floodOne = ports[0]
+		if b.floodOne == src {
+			b.floodOne = ports[1]
+		}
+	}
 	if b.guard = src.guard.mode; b.guard != guardOff {
 		b.mac = src.guard.burstMAC(src.dev.Connects())
 		if len(src.guard.v4) == 1 {
@@ -263,17 +277,26 @@ func (w *worker) serveTX(a *assignment) bool {
 	c.Packets.Add(b.pkts)
 	c.Bytes.Add(b.bytes)
 	if b.runts|b.oversize|b.nodest|b.disabled|b.badOffload|b.spoofed != 0 {
-		c.DropSpoofed.Add(b.spoofed)
-		c.DropOffload.Add(b.badOffload)
-		c.DropRunt.Add(b.runts)
-		c.DropMTU.Add(b.oversize)
-		c.DropNoDest.Add(b.nodest)
-		c.DropDisable.Add(b.disabled)
+		// each a locked add (other paths count some of them too): only
+		// those that moved
+		addNonZero(&c.DropSpoofed, b.spoofed)
+		addNonZero(&c.DropOffload, b.badOffload)
+		addNonZero(&c.DropRunt, b.runts)
+		addNonZero(&c.DropMTU, b.oversize)
+		addNonZero(&c.DropNoDest, b.nodest)
+		addNonZero(&c.DropDisable, b.disabled)
 	}
 	b.a, b.src, b.v, b.q, b.lastTo = nil, nil, nil, nil, nil
 	clear(s.dsts[:s.nd])
 	w.callTouched()
 	return !heldFirst // a burst that only held its first frame moved nothing
+}
+
+// addNonZero adds n to c unless n is 0.
+func addNonZero(c *atomic.Uint64, n uint64) {
+	if n != 0 {
+		c.Add(n)
+	}
 }
 
 // txAct is what classify decided for a gathered frame.
@@ -286,6 +309,7 @@ const (
 	actNoDest                // switched, but nowhere to go: counted
 	actSpoofed               // refused by port security: dropped, counted
 	actFlood                 // unknown or multicast destination
+	actFloodOne              // actFlood where the flood reaches one port (txBurst.floodOne, scratch.dsts[dst]): runs like actUnicast, drops like actFlood
 	actUnicast               // to scratch.dsts[dst]
 )
 
@@ -310,7 +334,7 @@ type txPlan struct {
 func (w *worker) classify(b *txBurst, k int) {
 	s := &w.s
 	q, src := b.q, b.src
-	s.nd, b.lastDst = 0, noKey
+	s.nd, b.lastDst, b.floodAt = 0, noKey, -1
 	plan, frames := s.plan[:k], s.frames[:k]
 	if !b.direct {
 		for i := range plan {
@@ -392,6 +416,12 @@ func (w *worker) classify(b *txBurst, k int) {
 		switch {
 		case to == src || (to == nil && alone):
 			p.act = actNoDest // a hairpin we do not do, or no other port
+		case to == nil && b.floodOne != nil:
+			if b.floodAt < 0 {
+				s.dsts[s.nd], b.floodAt = b.floodOne, int8(s.nd)
+				s.nd++
+			}
+			p.act, p.dst = actFloodOne, uint8(b.floodAt)
 		case to == nil:
 			p.act = actFlood
 		default:
@@ -417,7 +447,7 @@ func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 		switch p.act {
 		case actNoDest:
 			b.nodest++
-		case actUnicast:
+		case actUnicast, actFloodOne:
 			if runs {
 				n, tried := w.unicastRun(b, i, k)
 				if n > 0 {
@@ -488,7 +518,9 @@ func (w *worker) endRun(b *txBurst, to *port, got, used, n int, bytes uint64) {
 }
 
 // unicastRun delivers frames from i on that go to the port that the
-// burst's RX hold holds, when it has one pair: one look at how many
+// burst's RX hold holds, when it has one pair (unicast, or a flood that
+// reaches that port alone: one a full ring drops, as flood does, once the
+// run ends and txDirect takes it): one look at how many
 // buffers its guest posted, the buffers taken back to back
 // (virtq.GatherRX), then one copy per frame. It stops at the first frame
 // that goes elsewhere, and at a buffer that is not one descriptor big
@@ -504,7 +536,8 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 		return 0, false // put holds (and refills) first
 	}
 	j, longest := i+1, s.frames[i].Len
-	for j < k && s.plan[j].act == actUnicast && s.plan[j].dst == d {
+	act := s.plan[i].act // actUnicast or actFloodOne
+	for j < k && s.plan[j].act == act && s.plan[j].dst == d {
 		longest = max(longest, s.frames[j].Len)
 		j++
 	}
@@ -613,7 +646,7 @@ func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
 		}
 		s.putHdr(first, dhdr)
 		if dhdr >= 12 {
-			first[10], first[11] = byte(c), byte(c>>8) // num_buffers
+			putNumBuffers(first, c)
 		}
 		used += c
 		tq.Push(f.Head, 0)
@@ -640,7 +673,7 @@ func (w *worker) txDirect(b *txBurst, f *virtq.TXFrame, p *txPlan) frameOutcome 
 	if p.patch != patchNone {
 		s.pp, s.ppAt = p, s.cur // cleared here and by endBurst
 	}
-	if p.act == actFlood {
+	if p.act != actUnicast { // actFlood, actFloodOne
 		w.flood(b.src, q.Frame(f), p.hash, b.multiPair)
 		s.pp = nil
 		return frameDone

@@ -117,7 +117,9 @@ func TestBurstInterleavedDestinations(t *testing.T) {
 		}
 	}
 	// The burst's time is accounted to a's pair (coarsely: the pass reads
-	// the clock only around bursts that had work).
+	// the clock only around bursts that had work), once published (the
+	// halted worker's loop would publish at housekeeping).
+	r.w.publish()
 	if ns := portStats(t, r.d, "a").Queues[0].BusyNs; ns == 0 {
 		t.Error("no busy time accounted to a's pair")
 	}
@@ -127,37 +129,48 @@ func TestBurstInterleavedDestinations(t *testing.T) {
 	}
 }
 
+// macNobody is an address no port has: frames to it are flooded.
+var macNobody = [6]byte{0x52, 0x54, 0, 0, 9, 9}
+
+// smallRingBurst sends 32 frames of 1500 bytes from a to dst in a rig
+// whose port b posted 8 buffers shaped by cfg, runs one pass and checks
+// that the frames that fit arrived, in order. It returns the rig, the
+// frames, how many fit and b's queue stats from before the pass.
+func smallRingBurst(t *testing.T, cfg frontend.Config, dst [6]byte) (r *burstRig, frames [][]byte, fit int, before QueueStats) {
+	t.Helper()
+	small := cfg
+	small.QueueSize, small.RxPoll = 8, true
+	r = newBurstRig(t, [][6]byte{macA, macB}, []frontend.Config{{QueueSize: 256, RxPoll: true}, small})
+	per := 1
+	if cfg.RxBufSize == 512 {
+		per = 3 // a 1500-byte frame spans 3 buffers of 512
+	}
+	for i := range burstSize {
+		frames = append(frames, seqFrame(dst, macA, i, 1500))
+	}
+	before = portStats(t, r.d, "b").Queues[0]
+	if n, err := r.fes[0].SendBurst(0, frames); err != nil || n != len(frames) {
+		t.Fatalf("queued %d of %d: %v", n, len(frames), err)
+	}
+	r.w.pass()
+	fit = 8 / per
+	got, err := r.fes[1].RecvAll(0, 0)
+	if err != nil || len(got) != fit {
+		t.Fatalf("b received %d frames, want the %d that fit: %v", len(got), fit, err)
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], frames[i]) {
+			t.Fatalf("frame %d is not the %d-th sent (seq %d)", i, i, binary.BigEndian.Uint32(got[i][42:]))
+		}
+	}
+	return r, frames, fit, before
+}
+
 func TestBurstRingFillsMidBurst(t *testing.T) {
 	for _, v := range rxVariants {
 		t.Run(v.name, func(t *testing.T) {
-			small := v.cfg
-			small.QueueSize, small.RxPoll = 8, true
-			r := newBurstRig(t, [][6]byte{macA, macB}, []frontend.Config{{QueueSize: 256, RxPoll: true}, small})
+			r, frames, fit, before := smallRingBurst(t, v.cfg, macB)
 			a, b := r.fes[0], r.fes[1]
-			room := 8 // buffers b posted
-			per := 1
-			if v.cfg.RxBufSize == 512 {
-				per = 3 // a 1500-byte frame spans 3 buffers of 512
-			}
-			var frames [][]byte
-			for i := range burstSize {
-				frames = append(frames, seqFrame(macB, macA, i, 1500))
-			}
-			before := portStats(t, r.d, "b").Queues[0]
-			if n, err := a.SendBurst(0, frames); err != nil || n != len(frames) {
-				t.Fatalf("queued %d of %d: %v", n, len(frames), err)
-			}
-			r.w.pass()
-			fit := room / per
-			got, err := b.RecvAll(0, 0)
-			if err != nil || len(got) != fit {
-				t.Fatalf("b received %d frames, want the %d that fit: %v", len(got), fit, err)
-			}
-			for i := range got {
-				if !bytes.Equal(got[i], frames[i]) {
-					t.Fatalf("frame %d is not the %d-th sent", i, i)
-				}
-			}
 			// The rest is held in a's ring (hold.go), not dropped: the
 			// chains stay untaken and the burst ended at the first that
 			// found no room.
@@ -194,6 +207,81 @@ func TestBurstRingFillsMidBurst(t *testing.T) {
 				t.Errorf("%d of a's TX chains still outstanding after all were delivered", n)
 			}
 		})
+	}
+}
+
+// TestFloodToOnePortRunsAndDrops: in a network of two ports, frames to
+// an address nobody has are a flood that reaches one port: they arrive in
+// order, as a run would deliver them, and those its ring has no room for
+// are dropped and counted as a flood's are, never held (a's chains all
+// come back in the pass).
+func TestFloodToOnePortRunsAndDrops(t *testing.T) {
+	for _, v := range rxVariants {
+		t.Run(v.name, func(t *testing.T) {
+			r, _, fit, before := smallRingBurst(t, v.cfg, macNobody)
+			st := portStats(t, r.d, "b").Queues[0]
+			if d, h := st.Drops.RxNoBuffer-before.Drops.RxNoBuffer, st.Held-before.Held; d != uint64(burstSize-fit) || h != 0 {
+				t.Errorf("b: %d no-buffer drops and %d held, want %d and 0 (a flood drops what finds no room)", d, h, burstSize-fit)
+			}
+			if n, _ := r.fes[0].ReclaimTx(0); n != 0 {
+				t.Errorf("%d of a's TX chains outstanding after the pass, want 0 (nothing held)", n)
+			}
+		})
+	}
+}
+
+// TestInOrderBothWays: with VIRTIO_F_IN_ORDER on both guests, every ring
+// is used in the order its buffers were made available, through what
+// reorders nothing but could: frames held for a full 8-entry ring, frames
+// spanning 512-byte buffers, a runt and a flood dropped in between. The
+// test frontend checks each used entry against the avail ring.
+func TestInOrderBothWays(t *testing.T) {
+	inOrder := frontend.DefaultFeatures | 1<<virtio.FInOrder
+	r := newBurstRig(t, [][6]byte{macA, macB}, []frontend.Config{
+		{QueueSize: 256, RxPoll: true, Features: inOrder},
+		{QueueSize: 8, RxPoll: true, RxBufSize: 512, Features: inOrder}})
+	a, b := r.fes[0], r.fes[1]
+	var want [][]byte
+	for round := range 3 {
+		var frames [][]byte
+		for i := range burstSize {
+			switch {
+			case i == 5:
+				frames = append(frames, make([]byte, 10)) // a runt: dropped
+			case i == 9 && round == 1:
+				frames = append(frames, seqFrame(macNobody, macA, 1000+i, 60)) // a flood to b
+				want = append(want, frames[len(frames)-1])
+			default:
+				frames = append(frames, seqFrame(macB, macA, round*100+i, 60+i*45))
+				want = append(want, frames[len(frames)-1])
+			}
+		}
+		if n, err := a.SendBurst(0, frames); err != nil || n != len(frames) {
+			t.Fatalf("round %d: queued %d of %d: %v", round, n, len(frames), err)
+		}
+	}
+	var got [][]byte
+	for pass := 0; len(got) < len(want) && pass < 1000; pass++ {
+		r.w.pass()
+		fs, err := b.RecvAll(0, 0)
+		if err != nil {
+			t.Fatalf("b after %d frames: %v", len(got), err)
+		}
+		got = append(got, fs...)
+		if _, err := a.ReclaimTx(0); err != nil {
+			t.Fatalf("a's TX ring after %d frames: %v", len(got), err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("b received %d frames of %d", len(got), len(want))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("frame %d is not the %d-th sent", i, i)
+		}
+	}
+	if n, err := a.ReclaimTx(0); n != 0 || err != nil {
+		t.Errorf("%d of a's TX chains outstanding at the end (%v)", n, err)
 	}
 }
 

@@ -150,7 +150,10 @@ func (wd *watchdog) check(a *assignment, now int64, dump bool) {
 			"cpu", w.cpu, "workerSleeping", w.sleeping.Load(), "kickWatched", w.kickWatched(v, st.KickFD), "onWorker", w.serves(a))
 	}
 	pending := st.Pending()
-	if !st.Ready || !st.Started || st.Broken != "" || pending == 0 || int(pending) > st.Size || a.holding.Load() {
+	// A holding ring waits for another ring's buffers, a shaped one for its
+	// worker's timer (its guest is not asked to kick): neither waits for a
+	// kick, whose loss is what the watchdog looks for.
+	if !st.Ready || !st.Started || st.Broken != "" || pending == 0 || int(pending) > st.Size || a.holding.Load() || a.shaped.Load() {
 		v.Unlock()
 		delete(wd.seen, v)
 		return

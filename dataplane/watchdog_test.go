@@ -243,3 +243,40 @@ func TestWatchdogScanAllocatesNothing(t *testing.T) {
 		t.Fatalf("a scan allocated %.1f times", allocs)
 	}
 }
+
+// TestWatchdogLeavesShapedRingAlone: a ring its port's egress limit
+// shaped waits for its worker's timer, not for a kick (its guest is not
+// asked to kick), so a frame that waits for tokens longer than the bound
+// while the worker sleeps is no stall; it leaves when the tokens come.
+func TestWatchdogLeavesShapedRingAlone(t *testing.T) {
+	d, a, b := stallPair(t, WatchdogConfig{Bound: 50 * time.Millisecond})
+	// 1 kB/s: the bucket's floor (two frames) passes at once, then each
+	// 1400-byte frame waits about 1.4 s for its tokens
+	if err := d.SetBandwidth("a", Bandwidth{Egress: Rate{BitsPerSecond: MinBitsPerSecond}}); err != nil {
+		t.Fatal(err)
+	}
+	waitSleeping(t, d)
+	payload := bytes.Repeat([]byte{0x5a}, 1400)
+	const n = 4
+	for i := range n {
+		if err := a.Send(0, udpFrame(macB, macA, uint16(3000+i), 80, payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	for ; got < n; got++ {
+		if _, err := b.Recv(0, 300*time.Millisecond); err != nil {
+			break
+		}
+	}
+	if got == n {
+		t.Fatalf("all %d frames passed a 1 kB/s limit at once: nothing waited for tokens, the test would prove nothing", n)
+	}
+	time.Sleep(300 * time.Millisecond) // six bounds with the frames waiting
+	if s := portStats(t, d, "a").Queues[0]; s.Stalls != 0 || s.Shaped == 0 {
+		t.Errorf("after %d of %d frames passed: stalls %d (want 0: a shaped ring waits for tokens), shaped %d (want > 0)", got, n, s.Stalls, s.Shaped)
+	}
+	if _, err := b.Recv(0, 3*time.Second); err != nil {
+		t.Errorf("frame %d behind the limit: %v", got+1, err)
+	}
+}

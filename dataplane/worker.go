@@ -22,10 +22,15 @@ type assignment struct {
 	pair    int
 	tx      *netdev.Vring
 	polling Polling
-	// Written by the one worker serving the pair (a move waits until
-	// the old worker has let go), read by anyone: stores, not atomic adds.
-	busyNs atomic.Uint64 // time spent in bursts that moved frames
-	bursts atomic.Uint64 // bursts that moved frames
+	// Counted by the one worker serving the pair (a move waits until the
+	// old worker has let go) in plain fields, and published for anyone to
+	// read by publish: a locked store per burst costs the frames more than
+	// fresher figures are worth (#29).
+	busyNs      atomic.Uint64 // time spent in bursts that moved frames
+	bursts      atomic.Uint64 // bursts that moved frames
+	ownBusyNs   uint64        // busyNs as the serving worker counts it
+	ownBursts   uint64        // bursts as the serving worker counts it
+	unpublished bool          // own* moved since publish
 	// hold is a frame of this pair's guest held for a full destination
 	// RX ring (hold.go); holding and heldOn say so to other goroutines
 	// (the watchdog leaves a holding ring alone; the RX ring's Changed
@@ -48,13 +53,20 @@ type assignment struct {
 	// its lost kicks.
 	swept atomic.Bool
 	// suspectAt: when the sweep found the parked ring with chains and no
-	// kick (0: it did not), and the ring's kick count then; sweptSince:
-	// when it parked (active.go)
-	suspectAt, sweptSince int64
-	suspectKicks          uint64
+	// kick, the ring's kick count then and how long it had been parked,
+	// read while the ring is among its worker's suspects; parkedAt: when
+	// it last parked (active.go)
+	suspectAt, suspectParked, parkedAt int64
+	suspectKicks                       uint64
+	// stalledAt: when the sweep found the entries of the ring's last
+	// declared stall (0: none since its next kick; active.go)
+	stalledAt int64
 	// shapedUntil: the port's egress limit stopped the ring until then
 	// (bandwidth.go); 0: not shaped. The ring stays active, unarmed.
 	shapedUntil int64
+	// shaped says shapedUntil is set, to the watchdog: a shaped ring waits
+	// for its worker's timer, not for a kick
+	shaped atomic.Bool
 	// deficit is what the ring's bursts took beyond their fair share
 	// (negative or zero bytes: transmit.go); the serving worker's only
 	deficit int64
@@ -112,19 +124,22 @@ type worker struct {
 	done     chan struct{}
 
 	// health-check bookkeeping, only touched by Dataplane.WorkerHealth
+	// (under its healthMu)
 	seenPasses uint64
 	seenAt     time.Time
 
 	passes   atomic.Uint64 // loop iterations: the health check watches it move (and a pair's move, quiesce)
 	sleeps   atomic.Uint64
-	busyNs   atomic.Uint64 // queues and uplink; written by the worker only
+	busyNs   atomic.Uint64 // queues and uplink, as published (publish)
 	upBusyNs atomic.Uint64 // the uplink queue's share of busyNs
-	upStart  int64         // wall clock at the start of the last uplink burst (uplink_io.go)
-	panics   atomic.Uint64
-	events   [64]unix.EpollEvent
-	s        scratch
-	drainBuf [8]byte
-	up       *workerUplink // the worker's uplink queue (uplink_io.go); nil without an uplink
+	// the worker's own running totals of busyNs and upBusyNs
+	ownBusyNs, ownUpBusyNs uint64
+	upStart                int64 // wall clock at the start of the last uplink burst (uplink_io.go)
+	panics                 atomic.Uint64
+	events                 [64]unix.EpollEvent
+	s                      scratch
+	drainBuf               [8]byte
+	up                     *workerUplink // the worker's uplink queue (uplink_io.go); nil without an uplink
 	// armedHolds are the pairs whose held frame's RX ring armPairHold armed
 	// for this sleep (hold.go)
 	armedHolds []*assignment
@@ -286,7 +301,12 @@ func (w *worker) routine() {
 	w.dp.log.Debug("worker started", "worker", w.id, "cpu", w.cpu)
 	defer w.dp.log.Debug("worker stopped", "worker", w.id)
 	idleSince, idlePasses := int64(0), 0
+	defer w.publish()
 	for !w.stopping.Load() {
+		if w.list.Load() != w.seen {
+			// the pairs may leave with this increment (quiesce)
+			w.publish()
+		}
 		passes := w.passes.Add(1)
 		w.woken = false // what a wake-up announced is looked at from here on
 		w.sync()        // every use of the list in this iteration follows the increment (quiesce)
@@ -332,6 +352,7 @@ func (w *worker) routine() {
 			w.unarmHolds()
 			continue
 		}
+		w.publish()
 		w.parkAllArmed() // armed and checked: kicks bring them back
 		w.sleeps.Add(1)
 		w.sleeping.Store(true)
@@ -391,6 +412,24 @@ const adaptiveCheck = 16
 
 func nanotime() int64 { return time.Now().UnixNano() }
 
+// publish stores the busy times and burst counts the worker counted since
+// it last did, for the stats, the rebalancer and the health check to read:
+// at housekeeping, before it sleeps, before it takes a new list, and when
+// it stops. Readers see them at most housekeepInterval late while it works.
+func (w *worker) publish() {
+	for _, a := range w.active {
+		if a.unpublished {
+			a.busyNs.Store(a.ownBusyNs)
+			a.bursts.Store(a.ownBursts)
+			a.unpublished = false
+		}
+	}
+	if w.busyNs.Load() != w.ownBusyNs {
+		w.busyNs.Store(w.ownBusyNs)
+		w.upBusyNs.Store(w.ownUpBusyNs)
+	}
+}
+
 // pass serves every assigned queue pair once. A pass without work reads
 // no clock: a burst with work reads the wall clock when it starts (it
 // needs it for MAC learning) and once more here when it ends.
@@ -408,6 +447,7 @@ func (w *worker) pass() (worked bool) {
 				continue
 			}
 			a.shapedUntil = 0
+			a.shaped.Store(false)
 		}
 		w.s.start = 0
 		if !w.serveSafely(a) {
@@ -418,9 +458,10 @@ func (w *worker) pass() (worked bool) {
 		if t0 := w.s.start; t0 != 0 {
 			d := uint64(max(nanotime()-t0, 0))
 			a.lastWork = t0
-			a.busyNs.Store(a.busyNs.Load() + d)
-			a.bursts.Store(a.bursts.Load() + 1)
-			w.busyNs.Store(w.busyNs.Load() + d)
+			a.ownBusyNs += d
+			a.ownBursts++
+			a.unpublished = true
+			w.ownBusyNs += d
 		}
 	}
 	if w.up != nil {
@@ -429,8 +470,8 @@ func (w *worker) pass() (worked bool) {
 			worked = true
 			if t0 := w.upStart; t0 != 0 {
 				d := uint64(max(nanotime()-t0, 0))
-				w.upBusyNs.Store(w.upBusyNs.Load() + d)
-				w.busyNs.Store(w.busyNs.Load() + d)
+				w.ownUpBusyNs += d
+				w.ownBusyNs += d
 			}
 		}
 	}

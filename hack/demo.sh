@@ -19,17 +19,7 @@ source "$HERE/lib.sh"
 VMQ_TAG=demo
 
 QUEUES=4 STREAMS=32 ITIME=5 WORK="" INSTALL=1
-while (($#)); do
-    case $1 in
-        --queues) QUEUES=$2; shift 2 ;;
-        --streams) STREAMS=$2; shift 2 ;;
-        --time) ITIME=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        --no-install) INSTALL=0; shift ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --queues=QUEUES --streams=STREAMS --time=ITIME --keep=WORK --no-install:INSTALL=0 -- "$@"
 vmq_need_root
 T0=$(vmq_now)
 step() { if [[ -t 1 ]]; then printf '\n\033[1m==> %s\033[0m\n' "$*"; else printf '\n==> %s\n' "$*"; fi; }
@@ -50,7 +40,7 @@ if [[ $VMQ_BACKEND == dataplane && ! -x $VMQ_DATAPLANE ]]; then
     fi
 fi
 
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-demo.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-demo
 vmq_init
 vmq_tg_setup "$WORK" server "$QUEUES"
 

@@ -20,12 +20,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 VMQ_TAG=doctor
 PODMAN_PROBE=1
-case ${1:-} in
-    --no-podman) PODMAN_PROBE=0 ;;
-    "") ;;
-    -h | --help) vmq_usage "$0"; exit 0 ;;
-    *) vmq_die "unknown argument $1 (see --help)" ;;
-esac
+vmq_args --no-podman:PODMAN_PROBE=0 -- "$@"
 
 nfail=0
 ok() { printf '  ok    %-14s %s\n' "$1" "$2"; }

@@ -49,8 +49,9 @@
 #            and CNI error JSON is checked against hack/testdata/cni/
 #            errors.golden; after each: no port, device-info file or socket
 #            is left.
-# Prints ok/FAIL lines, the ADD/DEL timings, "N passed, N failed"; exits
-# non-zero if anything failed.  Everything it made (processes, netns, mounts,
+# Logs each check (hack/lib.sh's vmq_ok / vmq_fail), prints the ADD/DEL
+# timings, the failures and "N passed, N failed"; exits non-zero if anything
+# failed.  Everything it made (processes, netns, mounts,
 # cgroups, the work dir, libcni cache entries, host folders it created) is
 # removed at exit, also on failure.
 #
@@ -76,16 +77,8 @@ source "$HERE/cluster/lib.sh"
 VMQ_TAG=e2e-cni
 
 PARTS="cnitool,crictl,errors" NO_BUILD=0 UPDATE=0 WORK="" KEEP=0
-while (($#)); do
-    case $1 in
-        --parts) PARTS=$2; shift 2 ;;
-        --no-build) NO_BUILD=1; shift ;;
-        --update) UPDATE=1; shift ;;
-        --keep) WORK=$2; KEEP=1; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --parts=PARTS --no-build:NO_BUILD=1 --update:UPDATE=1 --keep=WORK -- "$@"
+[[ -z $WORK ]] || KEEP=1
 for p in ${PARTS//,/ }; do
     [[ $p =~ ^(cnitool|crictl|errors)$ ]] || vmq_die "--parts: '$p' is not cnitool, crictl or errors"
 done
@@ -104,16 +97,7 @@ HOST_DIRS=(/var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd /
 declare -A EXISTED=()
 for d in "${HOST_DIRS[@]}"; do [[ -e $d ]] && EXISTED[$d]=1; done
 
-passed=0 failed=0 FAILS=()
 declare -A MS=()
-pass() { printf 'ok   %s\n' "$*"; passed=$((passed + 1)); }
-fail() { printf 'FAIL %s\n' "$*"; failed=$((failed + 1)); FAILS+=("$*"); }
-# check WHAT CMD...: ok when CMD succeeds
-check() {
-    local what=$1
-    shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
 section() { printf '\n=== %s\n' "$*"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 indent() { sed 's/^/    /'; }
@@ -241,7 +225,8 @@ stateDir: $WORK/state
 apiSocket: $API
 logLevel: info
 EOF
-ctl() { timeout 20 "$CTL" --socket "$API" "$@"; }
+# shellcheck disable=SC2034  # read by vmq_ctl (hack/lib.sh)
+VMQ_CTL=$CTL VMQ_API=$API
 start_agent() {
     local t0 rc=0
     t0=$(now_ms)
@@ -249,7 +234,7 @@ start_agent() {
     vmq_bg "$WORK/agent-$AGENT_N.log" 900 "$DATAPLANE" --config "$WORK/dataplane.yaml"
     AGENT_PID=$VMQ_BG_PID
     vmq_wait_path "$API" 30 "$AGENT_PID" || rc=$?
-    ((rc == 0)) && { vmqc_poll 10 0.05 ctl capacity >/dev/null 2>&1 || rc=1; }
+    ((rc == 0)) && { vmq_poll 10 0.05 vmq_ctl capacity >/dev/null 2>&1 || rc=1; }
     if ((rc != 0)); then
         tail -n 20 "$WORK/agent-$AGENT_N.log" >&2
         vmq_die "the agent did not start (log $WORK/agent-$AGENT_N.log)"
@@ -272,9 +257,9 @@ stop_cmd() {
 stop_agent() {
     stop_cmd "$AGENT_PID"
     AGENT_UP=0
-    check "agent #$AGENT_N exits 0 on SIGTERM (got $VMQ_RC)" test "$VMQ_RC" = 0
+    vmq_expect "agent #$AGENT_N's exit status on SIGTERM" "$VMQ_RC" 0
 }
-ports_json() { ctl -o json port list; }
+ports_json() { vmq_ctl -o json port list; }
 port_ids() { ports_json | jq -r '.ports[].id' | sort | paste -sd' '; }
 has_port() { [[ " $(port_ids) " == *" $1 "* ]]; }
 no_port() { ! has_port "$1"; }
@@ -339,7 +324,7 @@ golden() {
 # queue pair, each on one of its slots; prints the differences
 port_is() {
     local id=$1 want=$2 got
-    got=$(ctl -o json port show "$id" 2>&1) || { echo "    port show $id: $got"; return 1; }
+    got=$(vmq_ctl -o json port show "$id" 2>&1) || { echo "    port show $id: $got"; return 1; }
     echo "$got" >"$WORK/port-$id.json"
     jq -r --argjson w "$want" '. as $p
         | ($w | to_entries | map(select($p[.key] != .value) | "\(.key) is \($p[.key] | tojson), want \(.value | tojson)")) +
@@ -352,7 +337,7 @@ port_is() {
 cni_err() { jq -r '"code \(.code): \(.msg)"' "$1" 2>/dev/null | head -n 1 || head -c 300 "$1"; }
 
 start_agent
-pass "agent up (CPUs ${CPUS[*]}, slotsPerCPU 4) in ${MS[agent_start_1]} ms; allocation $A_DIR = $A_LIST"
+vmq_ok "agent up (CPUs ${CPUS[*]}, slotsPerCPU 4) in ${MS[agent_start_1]} ms; allocation $A_DIR = $A_LIST"
 
 # ================================================================== 1. cnitool
 if part cnitool; then
@@ -388,7 +373,7 @@ if part cnitool; then
     }
     # ok_run WHAT: pass/fail on RC, showing cnitool's error
     ok_run() {
-        if ((RC == 0)); then pass "$1: exit 0 (${MS[$LABEL]} ms)"; else fail "$1: exit $RC: $(head -n 1 "$OUT.err")"; fi
+        if ((RC == 0)); then vmq_ok "$1: exit 0 (${MS[$LABEL]} ms)"; else vmq_fail "$1: exit $RC: $(head -n 1 "$OUT.err")"; fi
     }
     # cache_entry NETWORK IFNAME: libcni's cached result of an attachment
     cache_entry() { echo "/var/lib/cni/results/$1-$CID-$2"; }
@@ -399,19 +384,19 @@ if part cnitool; then
     cnitool_run add add vhostmq-e2e net1; ok_run "cnitool add"
     if ((RC == 0)); then
         { cat "$OUT"; echo; } | norm >"$CT/add-result.json"
-        check "ADD result matches hack/testdata/cni/add-result.json" golden add-result.json "$CT/add-result.json"
+        vmq_check "ADD result matches hack/testdata/cni/add-result.json" golden add-result.json "$CT/add-result.json"
     else
-        fail "ADD result: none to compare with hack/testdata/cni/add-result.json"
+        vmq_fail "ADD result: none to compare with hack/testdata/cni/add-result.json"
     fi
     MAC=$(jq -r '.interfaces[0].mac // empty' "$OUT" 2>/dev/null || true)
-    check "ADD result MAC $MAC is the plugin's derivation from container ID $CID and net1" test "$MAC" = "$(gen_mac "$CID" net1)"
+    vmq_expect "ADD result's MAC, the plugin's derivation from container ID $CID and net1" "$MAC" "$(gen_mac "$CID" net1)"
     DI=$WORK/devinfo/net1.json
     if [[ -f $DI ]]; then
         { cat "$DI"; echo; } | norm >"$CT/add-devinfo.json"
-        check "device-info file matches hack/testdata/cni/add-devinfo.json" golden add-devinfo.json "$CT/add-devinfo.json"
-        check "device-info file is read-only (0444)" test "$(stat -c %a "$DI")" = 444
+        vmq_check "device-info file matches hack/testdata/cni/add-devinfo.json" golden add-devinfo.json "$CT/add-devinfo.json"
+        vmq_expect "device-info file's mode (read-only)" "$(stat -c %a "$DI")" 444
     else
-        fail "ADD wrote no device-info file $DI"
+        vmq_fail "ADD wrote no device-info file $DI"
     fi
     want=$(jq -cn --arg sock "$HOST_SOCK" --arg mac "$MAC" --argjson slots "$A_SLOTS_JSON" --arg cid "$CID" \
         --arg ns "$POD_NS" --arg name "$POD_NAME" --arg uid "$POD_UID" \
@@ -419,28 +404,28 @@ if part cnitool; then
           socket_uid: 107, socket_gid: 107, socket_mode: "0770", pod: "\($ns)/\($name)",
           labels: {"cni.containerID": $cid, "cni.ifname": "net1", interface: "net1", network: "vhostmq-e2e",
                    "k8s.pod.namespace": $ns, "k8s.pod.name": $name, "k8s.pod.uid": $uid}}')
-    check "vhostmqctl port show $ID: 4 queue pairs on $A_LIST, socket \$WORK/root/$A_DIR/net1.sock, MAC, 0770 107:107, pod labels" port_is "$ID" "$want"
-    check "vhostmqctl port list: exactly that port" test "$(port_ids)" = "$ID"
+    vmq_check "vhostmqctl port show $ID: 4 queue pairs on $A_LIST, socket \$WORK/root/$A_DIR/net1.sock, MAC, 0770 107:107, pod labels" port_is "$ID" "$want"
+    vmq_expect "vhostmqctl port list: exactly that port" "$(port_ids)" "$ID"
     cnitool_run check check vhostmq-e2e net1; ok_run "cnitool check"
     cnitool_run del del vhostmq-e2e net1; ok_run "cnitool del"
-    check "DEL: port $ID gone" no_port "$ID"
-    check "DEL: device-info file gone" test ! -e "$DI"
-    check "DEL: libcni cache entry gone" test ! -e "$(cache_entry vhostmq-e2e net1)"
+    vmq_check "DEL: port $ID gone" no_port "$ID"
+    vmq_check "DEL: device-info file gone" test ! -e "$DI"
+    vmq_check "DEL: libcni cache entry gone" test ! -e "$(cache_entry vhostmq-e2e net1)"
     cnitool_run del2 del vhostmq-e2e net1; ok_run "cnitool del again"
-    check "nothing left: no port" test -z "$(port_ids)"
+    vmq_expect "nothing left: ports" "$(port_ids)" ""
 
     # ---- socketMode client: the dataplane listens in the allocation folder
     ID=$(port_id "$CID" net2)
     HOST_SOCK=$ROOT/$A_DIR/net2.sock
     cnitool_run add_client add vhostmq-e2e-client net2; ok_run "socketMode client: cnitool add"
-    check "socketMode client: the agent listens on \$WORK/root/$A_DIR/net2.sock" test -S "$HOST_SOCK"
-    check "socketMode client: device-info says mode client, path $CTR_DIR/net2.sock" \
-        test "$(jq -c '."vhost-user"' "$WORK/devinfo/net2.json" 2>/dev/null)" = "{\"mode\":\"client\",\"path\":\"$CTR_DIR/net2.sock\"}"
-    check "socketMode client: port role server" port_is "$ID" '{"role":"server","queue_pairs":4}'
+    vmq_check "socketMode client: the agent listens on \$WORK/root/$A_DIR/net2.sock" test -S "$HOST_SOCK"
+    vmq_expect "socketMode client: device-info's vhost-user: mode client, path $CTR_DIR/net2.sock" \
+        "$(jq -c '."vhost-user"' "$WORK/devinfo/net2.json" 2>/dev/null)" "{\"mode\":\"client\",\"path\":\"$CTR_DIR/net2.sock\"}"
+    vmq_check "socketMode client: port role server" port_is "$ID" '{"role":"server","queue_pairs":4}'
     cnitool_run check_client check vhostmq-e2e-client net2; ok_run "socketMode client: cnitool check"
     cnitool_run del_client del vhostmq-e2e-client net2; ok_run "socketMode client: cnitool del"
     client_gone() { [[ -z $(port_ids) && ! -e $HOST_SOCK ]]; }
-    check "socketMode client: DEL removed the port and its socket" client_gone
+    vmq_check "socketMode client: DEL removed the port and its socket" client_gone
 
     # ---- IPAM delegation to host-local
     ID=$(port_id "$CID" net1)
@@ -449,22 +434,22 @@ if part cnitool; then
     cnitool_run add_ipam add vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool add"
     if ((RC == 0)); then
         { cat "$OUT"; echo; } | norm >"$CT/add-ipam-result.json"
-        check "host-local IPAM: ADD result (192.0.2.2/28 on interface 0) matches hack/testdata/cni/add-ipam-result.json" \
+        vmq_check "host-local IPAM: ADD result (192.0.2.2/28 on interface 0) matches hack/testdata/cni/add-ipam-result.json" \
             golden add-ipam-result.json "$CT/add-ipam-result.json"
     else
-        fail "host-local IPAM: ADD result: none to compare with hack/testdata/cni/add-ipam-result.json"
+        vmq_fail "host-local IPAM: ADD result: none to compare with hack/testdata/cni/add-ipam-result.json"
     fi
-    check "host-local IPAM: lease 192.0.2.2 held for $CID" grep -qs "$CID" "$LEASES/192.0.2.2"
-    check "host-local IPAM: port $ID exists" has_port "$ID"
-    check "host-local IPAM: port $ID has dhcp on (the default with ipam) with the IPAM result" port_is "$ID" \
+    vmq_check "host-local IPAM: lease 192.0.2.2 held for $CID" grep -qs "$CID" "$LEASES/192.0.2.2"
+    vmq_check "host-local IPAM: port $ID exists" has_port "$ID"
+    vmq_check "host-local IPAM: port $ID has dhcp on (the default with ipam) with the IPAM result" port_is "$ID" \
         '{"network":"vhostmq-e2e-ipam","dhcp":true,"ip":{"addresses":["192.0.2.2/28"],"gateway":"192.0.2.1","routes":[],"dns_servers":[],"dns_search":[],"lease_seconds":0}}'
     cnitool_run check_ipam check vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool check"
     cnitool_run del_ipam del vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool del"
-    check "host-local IPAM: DEL released the lease (dataDir has none: '$(leases)')" test -z "$(leases)"
-    check "host-local IPAM: DEL removed the port" no_port "$ID"
+    vmq_expect "host-local IPAM: DEL released the lease: leases in dataDir" "$(leases)" ""
+    vmq_check "host-local IPAM: DEL removed the port" no_port "$ID"
     cnitool_run del2_ipam del vhostmq-e2e-ipam net1; ok_run "host-local IPAM: cnitool del again"
     nothing_left() { [[ -z $(port_ids) && -z $(find "$WORK/devinfo" "$ROOT" -type f -name "*.json" -o -type s) && -z $(pending_ids) ]]; }
-    check "cnitool part: no port, device-info file, socket or pending deletion left" nothing_left
+    vmq_check "cnitool part: no port, device-info file, socket or pending deletion left" nothing_left
     ip netns del "$NETNS" && NETNS_MADE=0
 fi
 
@@ -534,13 +519,13 @@ EOF
     t=$(now_ms)
     vmq_bg "$CTD/containerd.log" 600 containerd --config "$CTD/containerd.toml"
     CTD_PID=$VMQ_BG_PID
-    vmqc_poll 30 0.1 timeout 5 ctr -a "$CTD_SOCK" version >/dev/null 2>&1 ||
+    vmq_poll 30 0.1 timeout 5 ctr -a "$CTD_SOCK" version >/dev/null 2>&1 ||
         { tail -n 20 "$CTD/containerd.log" >&2; vmq_die "our containerd did not start (log $CTD/containerd.log)"; }
     # Debian's containerd here, so its own ctr (the cluster's ctr 2.x
     # speaks an API containerd 1.6 lacks)
     (VMQC_CTR_SOCK=$CTD_SOCK && VMQC_CTR=$(command -v ctr) && vmqc_import "$VMQC_IMAGES/pause.tar")
     MS[containerd]=$(($(now_ms) - t))
-    pass "containerd $(containerd --version | awk '{ print $3 }') up on \$WORK/ctd/containerd.sock, $VMQC_PAUSE_IMAGE imported (${MS[containerd]} ms)"
+    vmq_ok "containerd $(containerd --version | awk '{ print $3 }') up on \$WORK/ctd/containerd.sock, $VMQC_PAUSE_IMAGE imported (${MS[containerd]} ms)"
 
     # calls CMD: the shim's lines for CMD
     calls() { awk -F'|' -v c="$1" '$1 == c' "$CALLS"; }
@@ -549,50 +534,50 @@ EOF
     SID=$(crictl runp "$CTD/pod.json" 2>"$CTD/runp.err") && RC=0 || RC=$?
     MS[runp]=$(($(now_ms) - t))
     if ((RC == 0)) && [[ -n $SID ]]; then
-        pass "crictl runp: sandbox ${SID:0:13} (${MS[runp]} ms)"
+        vmq_ok "crictl runp: sandbox ${SID:0:13} (${MS[runp]} ms)"
     else
-        fail "crictl runp: exit $RC: $(tail -n 3 "$CTD/runp.err" | tr '\n' ' ')"
+        vmq_fail "crictl runp: exit $RC: $(tail -n 3 "$CTD/runp.err" | tr '\n' ' ')"
         SID=$(crictl pods -q 2>/dev/null | head -n 1 || true)
     fi
     ID=$(port_id "$SID" eth0)
     IFS='|' read -r _ add_rc add_cid add_netns add_if add_args < <(calls ADD | head -n 1) || true
     add_ok() { [[ $(ncalls ADD) == 1 && $add_rc == 0 && $add_cid == "$SID" && $add_if == eth0 && $add_netns == "$CTD"/state/* ]]; }
-    check "runp: containerd ran ADD once (exit ${add_rc:-none}) for the sandbox, ifname eth0, in a netns" add_ok
+    vmq_check "runp: containerd ran ADD once (exit ${add_rc:-none}) for the sandbox, ifname eth0, in a netns" add_ok
     pod_args() { [[ ";$add_args;" == *";K8S_POD_NAMESPACE=$POD_NS;"* && ";$add_args;" == *";K8S_POD_NAME=$POD_NAME;"* && ";$add_args;" == *";K8S_POD_UID=$POD_UID;"* ]]; }
-    check "runp: CNI_ARGS carry K8S_POD_NAMESPACE/NAME/UID from the pod metadata" pod_args
+    vmq_check "runp: CNI_ARGS carry K8S_POD_NAMESPACE/NAME/UID from the pod metadata" pod_args
     want=$(jq -cn --arg sock "$ROOT/$A_DIR/eth0.sock" --argjson slots "$A_SLOTS_JSON" --arg cid "$SID" \
         --arg ns "$POD_NS" --arg name "$POD_NAME" --arg uid "$POD_UID" \
         '{queue_pairs: 4, slots: $slots, socket: $sock, role: "client",
           labels: {"cni.containerID": $cid, "cni.ifname": "eth0", interface: "eth0", network: "vhostmq-e2e-ctd",
                    "k8s.pod.namespace": $ns, "k8s.pod.name": $name, "k8s.pod.uid": $uid}}')
-    check "runp: port $ID on the allocation, labelled with the sandbox and the pod's namespace, name, UID" port_is "$ID" "$want"
+    vmq_check "runp: port $ID on the allocation, labelled with the sandbox and the pod's namespace, name, UID" port_is "$ID" "$want"
     ip=$(crictl inspectp "$SID" 2>/dev/null | jq -r '.status.network.ip // empty' || true)
-    check "runp: the sandbox has host-local's address 192.0.2.2 (got '$ip')" test "$ip" = 192.0.2.2
+    vmq_expect "runp: the sandbox's address, host-local's" "$ip" 192.0.2.2
     state=$(crictl inspectp "$SID" 2>/dev/null | jq -r '.status.state // empty' || true)
-    check "runp: sandbox state SANDBOX_READY (got '$state')" test "$state" = SANDBOX_READY
+    vmq_expect "runp: sandbox state" "$state" SANDBOX_READY
 
     t=$(now_ms)
     crictl stopp "$SID" >"$CTD/stopp.out" 2>&1 && RC=0 || RC=$?
     MS[stopp]=$(($(now_ms) - t))
-    check "crictl stopp: exit $RC (${MS[stopp]} ms)" test "$RC" = 0
+    vmq_expect "crictl stopp: exit status (${MS[stopp]} ms)" "$RC" 0
     IFS='|' read -r _ del_rc del_cid del_netns _ _ < <(calls DEL | head -n 1) || true
     del_ok() { [[ $(ncalls DEL) == 1 && $del_rc == 0 && $del_cid == "$SID" && -n $del_netns && $del_netns == "$add_netns" ]]; }
-    check "stopp: containerd ran DEL (exit ${del_rc:-none}) with the sandbox's netns" del_ok
-    check "stopp: port $ID gone" no_port "$ID"
+    vmq_check "stopp: containerd ran DEL (exit ${del_rc:-none}) with the sandbox's netns" del_ok
+    vmq_check "stopp: port $ID gone" no_port "$ID"
     no_lease() { [[ -z $(find "$CTD/ipam" -type f -name "192.0.2.*") ]]; }
-    check "stopp: host-local lease released" no_lease
+    vmq_check "stopp: host-local lease released" no_lease
 
     t=$(now_ms)
     crictl rmp "$SID" >"$CTD/rmp.out" 2>&1 && RC=0 || RC=$?
     MS[rmp]=$(($(now_ms) - t))
-    check "crictl rmp: exit $RC (${MS[rmp]} ms)" test "$RC" = 0
+    vmq_expect "crictl rmp: exit status (${MS[rmp]} ms)" "$RC" 0
     IFS='|' read -r _ del2_rc del2_cid del2_netns _ _ < <(calls DEL | sed -n 2p) || true
     del2_ok() { [[ $(ncalls DEL) == 2 && $del2_rc == 0 && $del2_cid == "$SID" && -z $del2_netns ]]; }
-    check "rmp: containerd ran DEL a second time, with an empty CNI_NETNS, and it succeeded (exit ${del2_rc:-none})" del2_ok
+    vmq_check "rmp: containerd ran DEL a second time, with an empty CNI_NETNS, and it succeeded (exit ${del2_rc:-none})" del2_ok
     all_gone() { [[ -z $(crictl pods -q 2>/dev/null) && -z $(port_ids) && -z $(pending_ids) ]]; }
-    check "rmp: no sandbox, no port, no pending deletion left" all_gone
+    vmq_check "rmp: no sandbox, no port, no pending deletion left" all_gone
     stop_cmd "$CTD_PID"
-    check "containerd exits on SIGTERM (status $VMQ_RC)" test "$VMQ_RC" = 0
+    vmq_expect "containerd's exit status on SIGTERM" "$VMQ_RC" 0
 fi
 
 # ================================================================== 3. bad input
@@ -636,7 +621,7 @@ if part errors; then
     # pending deletions: WANT_PENDING)
     WANT_PORTS="" WANT_PENDING=""
     ecase() {
-        local name=$1 conf=$2 out line left
+        local name=$1 conf=$2 out line left want
         shift 2
         out=$WORK/calls/$name.out
         plugin "$out" "$conf" "$@"
@@ -652,14 +637,13 @@ if part errors; then
         left=$(leftovers "$WANT_PORTS" "$WANT_PENDING")
         if ((UPDATE)) || [[ ${GOLD[$name]:-} == "$line" ]]; then
             if [[ -z $left ]]; then
-                pass "$name: ${line//$'\t'/ } (${MS[direct]} ms); nothing left"
+                vmq_ok "$name: ${line//$'\t'/ } (${MS[direct]} ms); nothing left"
             else
-                fail "$name: ${line//$'\t'/ }; but left: $left"
+                vmq_fail "$name: ${line//$'\t'/ }; but left: $left"
             fi
         else
-            fail "$name: ${line//$'\t'/ }"
-            echo "    want: ${GOLD[$name]:-(not in errors.golden)}" | sed 's/\t/ /'
-            [[ -n $left ]] && echo "    left: $left"
+            want=${GOLD[$name]:-(not in errors.golden)}
+            vmq_fail "$name: ${line//$'\t'/ }; want ${want//$'\t'/ }${left:+; left: $left}"
         fi
     }
     # setup OUT CONF ENV...: a call that must succeed (not a golden case)
@@ -668,13 +652,13 @@ if part errors; then
         shift
         plugin "$WORK/calls/setup.out" "$@"
         if ((RC == 0)); then
-            pass "$what (${MS[direct]} ms)"
+            vmq_ok "$what (${MS[direct]} ms)"
         else
-            fail "$what: exit $RC: $(cni_err "$WORK/calls/setup.out")"
+            vmq_fail "$what: exit $RC: $(cni_err "$WORK/calls/setup.out")"
         fi
     }
 
-    check "before: no port, device-info file, socket or pending deletion" test -z "$(leftovers "" "")"
+    vmq_expect "before: ports, device-info files, sockets or pending deletions" "$(leftovers "" "")" ""
     # environment
     ecase no-command "$EB" CNI_CONTAINERID=e2e-errors CNI_NETNS=/var/run/netns/e2e-errors CNI_IFNAME=net1
     ecase no-containerid "$EB" CNI_COMMAND=ADD CNI_NETNS=/var/run/netns/e2e-errors CNI_IFNAME=net1
@@ -728,13 +712,13 @@ if part errors; then
     ecase agent-down-status "$EB" CNI_COMMAND=STATUS
     WANT_PENDING=$PEND
     ecase agent-down-del "$(econf 'del(.runtimeConfig)')" CNI_COMMAND=DEL "${ENV_PEND[@]}"
-    check "agent down: DEL recorded the pending deletion of $PEND (e2e-pend/net1)" \
-        test "$(jq -r '"\(.id) \(.containerID) \(.ifname)"' "$ROOT/.cni-pending-del/$PEND" 2>/dev/null)" = "$PEND e2e-pend net1"
+    vmq_expect "agent down: DEL recorded the pending deletion of e2e-pend/net1" \
+        "$(jq -r '"\(.id) \(.containerID) \(.ifname)"' "$ROOT/.cni-pending-del/$PEND" 2>/dev/null)" "$PEND e2e-pend net1"
     ecase agent-down-gc "$(econf '. + {"cni.dev/valid-attachments": []}')" CNI_COMMAND=GC
     start_agent
-    pass "agent back (restart: ${MS[agent_start_$AGENT_N]} ms)"
+    vmq_ok "agent back (restart: ${MS[agent_start_$AGENT_N]} ms)"
     restored() { [[ $(port_ids) == "$PEND" && $(pending_ids) == "$PEND" ]]; }
-    check "agent back: it restored port $PEND from its state dir; the deletion is still pending" restored
+    vmq_check "agent back: it restored port $PEND from its state dir; the deletion is still pending" restored
     WANT_PENDING=""
     ecase gc-after-agent-returns "$(econf '. + {"cni.dev/valid-attachments": []}')" CNI_COMMAND=GC
     # and once more, cleared by the next ADD instead of GC
@@ -743,21 +727,21 @@ if part errors; then
     setup "ADD e2e-pend2/net1 (agent up)" "$(econf 'del(.runtimeConfig)')" CNI_COMMAND=ADD "${ENV_PEND2[@]}"
     stop_agent
     setup "DEL e2e-pend2/net1 with the agent down" "$(econf 'del(.runtimeConfig)')" CNI_COMMAND=DEL "${ENV_PEND2[@]}"
-    check "agent down: pending deletion of $PEND2 recorded" test "$(pending_ids)" = "$PEND2"
+    vmq_expect "agent down: pending deletions recorded" "$(pending_ids)" "$PEND2"
     start_agent
     NEXT=$(port_id e2e-next net1)
     setup "agent back: ADD e2e-next/net1" "$EB" CNI_COMMAND=ADD CNI_CONTAINERID=e2e-next CNI_NETNS=/var/run/netns/e2e-next CNI_IFNAME=net1
     next_only() { [[ $(port_ids) == "$NEXT" && -z $(pending_ids) ]]; }
-    check "that ADD deleted the restored $PEND2 and cleared the pending record, then made $NEXT on the same slots" next_only
+    vmq_check "that ADD deleted the restored $PEND2 and cleared the pending record, then made $NEXT on the same slots" next_only
     setup "DEL e2e-next/net1" "$EB" CNI_COMMAND=DEL CNI_CONTAINERID=e2e-next CNI_NETNS=/var/run/netns/e2e-next CNI_IFNAME=net1
-    check "after the matrix: no port, device-info file, socket or pending deletion" test -z "$(leftovers "" "")"
+    vmq_expect "after the matrix: ports, device-info files, sockets or pending deletions left" "$(leftovers "" "")" ""
 
     if ((UPDATE)); then
         cp "$EOUT" "$GOLDEN/errors.golden"
         vmq_log "wrote $GOLDEN/errors.golden"
     else
         extra=$(comm -23 <(printf '%s\n' "${!GOLD[@]}" | sort) <(grep -v '^#' "$EOUT" | cut -f1 | sort) | paste -sd' ')
-        check "every case of errors.golden ran${extra:+ (not run: $extra)}" test -z "$extra"
+        vmq_expect "cases of errors.golden that did not run" "$extra" ""
     fi
 fi
 
@@ -775,9 +759,4 @@ a=""
 for ((i = 1; i <= AGENT_N; i++)); do a+=" $(ms "agent_start_$i")"; done
 printf '  agent start to API answering:%s\n' "${a:-}"
 ((UPDATE)) && echo "golden files rewritten in $GOLDEN: review with git diff"
-if ((failed > 0)); then
-    echo "failed:"
-    for f in "${FAILS[@]}"; do printf '  - %s\n' "${f:0:200}"; done
-fi
-echo "$passed passed, $failed failed"
-((failed == 0))
+vmq_fails_report

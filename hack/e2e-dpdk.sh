@@ -36,21 +36,12 @@ source "$HERE/lib.sh"
 VMQ_TAG=e2e-dpdk
 
 QLIST="1 2 4" ROLE=server DUR=3 WORK=""
-while (($#)); do
-    case $1 in
-        --queues) QLIST=$2; shift 2 ;;
-        --role) ROLE=$2; shift 2 ;;
-        --time) DUR=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --queues=QLIST --role=ROLE --time=DUR --keep=WORK -- "$@"
 [[ $ROLE =~ ^(server|client)$ ]] || vmq_die "--role must be server or client"
 for n in $QLIST; do [[ $n =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues: '$n' is not a positive number"; done
 vmq_need_root
-for c in dpdk-testpmd jq timeout stdbuf; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-dpdk.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_need dpdk-testpmd jq timeout stdbuf
+vmq_workdir vhostmq-e2e-dpdk
 vmq_init
 T0=$(vmq_now)
 VMQ_SOCK_ROLE=$ROLE
@@ -118,12 +109,9 @@ for n in $QLIST; do
         fi
     done
     if ((ok)); then
-        if vmq_stats_wait_busy "$stats" "$n" 30 a b; then
-            vmq_ok "N=$n: all $n queue pairs of ports a and b have rxPackets>0 and txPackets>0"
-            sleep "$DUR"
-        else
-            vmq_fail "N=$n: idle queue pairs in the dataplane stats: $VMQ_IDLE"
-        fi
+        # idle queue pairs in the dataplane's stats: none, or which
+        VMQ_POLL_S=0.5 vmq_eventually 30 "N=$n: all $n queue pairs of ports a and b have rxPackets>0 and txPackets>0" "" \
+            vmq_stats_idle "$stats" "$n" a b && sleep "$DUR"
         for s in a b; do
             read -r ip op qip qop <<<"$(fe_stats "$s")"
             RES[$n.$s]="${ip:-0} ${op:-0} ${qip:-} ${qop:-}"
@@ -162,9 +150,4 @@ echo "testpmd (virtio-user) port counters:"
     for r in "${TESTPMD_ROWS[@]}"; do echo "$r"; done
 } | vmq_table | sed 's/^/  /'
 echo "work dir (logs, configs, stats): $WORK"
-if vmq_fails_report; then
-    echo "e2e-dpdk: PASSED"
-else
-    echo "e2e-dpdk: FAILED"
-    exit 1
-fi
+vmq_verdict e2e-dpdk

@@ -45,24 +45,13 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 
 ROLE=both QUEUES=4 ITIME=12 AT=4 WORK="" BASELINE=none
-while (($#)); do
-    case $1 in
-        --role) ROLE=$2; shift 2 ;;
-        --queues) QUEUES=$2; shift 2 ;;
-        --time) ITIME=$2; shift 2 ;;
-        --at) AT=$2; shift 2 ;;
-        --baseline) BASELINE=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --role=ROLE --queues=QUEUES --time=ITIME --at=AT --baseline=BASELINE --keep=WORK -- "$@"
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
 [[ $BASELINE =~ ^(server|client|none)$ ]] || vmq_die "--baseline must be server, client or none"
 [[ $QUEUES =~ ^[1-9][0-9]*$ && $ITIME =~ ^[1-9][0-9]*$ && $AT =~ ^[0-9]+$ ]] || vmq_die "--queues, --time and --at are numbers"
 ((AT < ITIME)) || vmq_die "--at must be less than --time (the handoff happens during the forward run)"
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-handoff.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-handoff
 vmq_init
 T0=$(vmq_now)
 VMQ_TAG=e2e-handoff
@@ -113,9 +102,9 @@ run_role() {
         :
     elif vmq_wait_log "$new_log" 'handoff done: serving' 30 "$VMQ_BE_PID"; then
         line=$(grep -a -m1 'handoff done: serving' "$new_log")
-        vmq_res handoff_adopted "$(sed -n 's/.* adopted=\([0-9]*\).*/\1/p' <<<"$line")"
-        vmq_res handoff_successor_s "$(sed -n 's/.* sinceHello=\([^ ]*\).*/\1/p' <<<"$line")"
-        vmq_res handoff_frozen "$(sed -n 's/.* sinceFreeze=\([^ ]*\).*/\1/p' <<<"$line")"
+        vmq_res handoff_adopted "$(vmq_kv "$line" adopted)"
+        vmq_res handoff_successor_s "$(vmq_kv "$line" sinceHello)"
+        vmq_res handoff_frozen "$(vmq_kv "$line" sinceFreeze)"
         vmq_res handoff_start_to_serving_s "$(vmq_elapsed "$t_start")"
         t_switch=$(vmq_now)
         [[ ${VMQ_RES[handoff_adopted]} == 2 ]] || vmq_fail "the successor adopted ${VMQ_RES[handoff_adopted]} sessions, want 2: $line"
@@ -127,7 +116,7 @@ run_role() {
         :
     elif vmq_wait_log "$old_log" 'handoff done: the successor serves' 30 "$old_pid" &&
         line=$(grep -a -m1 'handoff done: the successor serves' "$old_log"); then
-        vmq_res handoff_pause "$(sed -n 's/.* pause=\([^ ]*\).*/\1/p' <<<"$line")"
+        vmq_res handoff_pause "$(vmq_kv "$line" pause)"
         vmq_ok "handoff: the rings stopped for ${VMQ_RES[handoff_frozen]:-?} (the old process's freeze to the successor serving; ${VMQ_RES[handoff_pause]} to Taken); the successor served ${VMQ_RES[handoff_successor_s]:-?} after its hello, ${VMQ_RES[handoff_start_to_serving_s]:-?} s after it started"
     else
         vmq_fail "the old process did not hand the ports over (see $old_log)"
@@ -230,16 +219,12 @@ echo "===== vhostmq e2e-handoff summary ($(vmq_elapsed "$T0") s) ====="
 {
     echo "role upgrade queues fwd_gbit/s rev_gbit/s pings longest_gap_ms gap_from_switch_s lost_runs lost_in_a_row(switch/elsewhere) frozen(freeze->serving) pause(old) successor(hello->serving) carrier_a/b"
     for run in "${RUNS[@]}"; do
-        unset queues gbps_forward gbps_reverse pings max_gap_ms gap_from_switch_s lost_runs lost_near_switch lost_elsewhere handoff_frozen handoff_pause handoff_successor_s carrier_changes_a carrier_changes_b
-        # shellcheck disable=SC1090
-        [[ -f $WORK/${run%:*}-${run#*:}/result.env ]] && source "$WORK/${run%:*}-${run#*:}/result.env"
-        echo "${run%:*} ${run#*:} ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${gap_from_switch_s:--} ${lost_runs:--} ${lost_near_switch:--}/${lost_elsewhere:--} ${handoff_frozen:--} ${handoff_pause:--} ${handoff_successor_s:--} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
+        ( # one run's result.env, in a subshell of its own
+            # shellcheck disable=SC1090
+            [[ -f $WORK/${run%:*}-${run#*:}/result.env ]] && source "$WORK/${run%:*}-${run#*:}/result.env"
+            echo "${run%:*} ${run#*:} ${queues:-?} ${gbps_forward:-?} ${gbps_reverse:-?} ${pings:-?} ${max_gap_ms:-?} ${gap_from_switch_s:--} ${lost_runs:--} ${lost_near_switch:--}/${lost_elsewhere:--} ${handoff_frozen:--} ${handoff_pause:--} ${handoff_successor_s:--} ${carrier_changes_a:-?}/${carrier_changes_b:-?}"
+        )
     done
 } | vmq_table
 echo "work dir: $WORK"
-if vmq_fails_report; then
-    echo "e2e-handoff: PASSED"
-else
-    echo "e2e-handoff: FAILED"
-    exit 1
-fi
+vmq_verdict e2e-handoff

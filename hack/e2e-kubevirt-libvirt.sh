@@ -52,8 +52,9 @@
 #                  reach the kernel, the sockets and the serial log)
 #   --no-override  start the sidecar's output exactly as returned (QEMU
 #                  versions without the MSI-X bug; QEMU 7.2 + TCG crashes)
-# Prints ok/FAIL lines, timings (define -> guest ping) and "N passed, N failed";
-# exits non-zero if anything failed.
+# Logs each check (hack/lib.sh's vmq_ok / vmq_fail), prints timings (define
+# -> guest ping), the failures and "N passed, N failed"; exits non-zero if
+# anything failed.
 #
 # Needs root and Go. Installs with apt-get what is missing: libvirt-daemon-system
 # libvirt-clients libxml2-utils qemu-system-x86 (and jq, python3, the guest
@@ -71,14 +72,8 @@ source "$HERE/lib.sh"
 VMQ_TAG=e2e-kubevirt-libvirt
 
 WORK="" KEEP=0 OVERRIDE=1
-while (($#)); do
-    case $1 in
-        --keep) WORK=$2; KEEP=1; shift 2 ;;
-        --no-override) OVERRIDE=0; shift ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --keep=WORK --no-override:OVERRIDE=0 -- "$@"
+[[ -z $WORK ]] || KEEP=1
 vmq_need_root
 
 QUEUES=4
@@ -91,16 +86,8 @@ NAME=default_vhuvmi-$$          # KubeVirt names domains <namespace>_<vmi>
 UUID=$(cat /proc/sys/kernel/random/uuid)
 export LIBVIRT_DEFAULT_URI=qemu:///system
 
-# ------------------------------------------------------------------ ok/FAIL
-passed=0 failed=0 FAILS=() SUMMARY_DONE=0
-pass() { printf 'ok   %s\n' "$*"; passed=$((passed + 1)); }
-fail() { printf 'FAIL %s\n' "$*"; failed=$((failed + 1)); FAILS+=("$*"); }
-abort() { fail "$*"; exit 1; } # the EXIT trap tears down and prints the summary
-summary() {
-    ((SUMMARY_DONE)) && return 0
-    SUMMARY_DONE=1
-    echo "$passed passed, $failed failed"
-}
+# abort WHAT: a failure that ends the run (the EXIT trap tears down and reports)
+abort() { vmq_fail "$*"; exit 1; }
 
 # ------------------------------------------------------------------ teardown
 DEFINED=0 QEMU_PID="" LIBVIRTD_PID="" VIRTLOGD_PID="" LV_BEFORE=""
@@ -145,12 +132,12 @@ on_exit() {
             if [[ $d == /run/libvirt ]]; then rm -rf /run/libvirt; else rmdir "$d" 2>/dev/null; fi
         done
     fi
-    if ((!SUMMARY_DONE)); then
-        ((rc != 0 && failed == 0)) && fail "aborted (exit status $rc; see the log above)"
-        summary
+    if ((!VMQ_REPORTED)); then
+        ((rc == 0 || ${#VMQ_FAILS[@]} > 0)) || vmq_fail "aborted (exit status $rc; see the log above)"
+        vmq_fails_report
     fi
     ((KEEP)) && echo "work dir: $WORK"
-    ((rc == 0 && failed > 0)) && rc=1
+    ((rc == 0 && ${#VMQ_FAILS[@]} > 0)) && rc=1
     exit "$rc"
 }
 trap on_exit EXIT
@@ -269,7 +256,7 @@ if ! vmq_wait_path "$WORK/peer/peer.sock" 30 "$DP_PID" || ! vmq_wait_path "$WORK
     tail -n 20 "$WORK/dataplane.log" >&2
     abort "the dataplane did not start (log $WORK/dataplane.log)"
 fi
-ctl() { timeout 20 "$BIN/vhostmqctl" --socket "$WORK/api.sock" "$@"; }
+VMQ_CTL=$BIN/vhostmqctl VMQ_API=$WORK/api.sock
 
 vmq_guest_start peer "$WORK/peer/peer.sock" connect "$MAC_PEER" "$QUEUES" "$BUDGET" "$WORK" \
     vmq.ip=10.0.0.2/24 vmq.role=server "vmq.duration=$((BUDGET - 30))"
@@ -353,6 +340,16 @@ validate() {
 hookcall() {
     "$BIN/hookcall" --socket "$HOOK_SOCK" --domain "$2" --vmi "$WORK/vmi.json" >"$3" 2>"$WORK/xml/hookcall-$1.log"
 }
+# hookpass N WHAT: pass N of virt-launcher's OnDefineDomain, xml/passN-in.xml
+# -> xml/passN-out.xml, timed (T_HOOK[N]: its seconds); a failed call ends the run
+declare -A T_HOOK=()
+hookpass() {
+    local t0
+    t0=$(vmq_now)
+    hookcall "$1" "$WORK/xml/pass$1-in.xml" "$WORK/xml/pass$1-out.xml" ||
+        abort "OnDefineDomain pass $1 ($2): $(grep -v '^hookcall: Info:' "$WORK/xml/hookcall-$1.log" | tr '\n' ' ')"
+    T_HOOK[$1]=$(vmq_elapsed "$t0")
+}
 # check_nic OUT: the vhost-user NIC the sidecar must have produced
 check_nic() {
     local f=$1 iface='//devices/interface[@type="vhostuser"]' bad=()
@@ -378,21 +375,21 @@ compare_validation() {
     first=$(grep -m1 -o 'Extra element [a-zA-Z]* in interleave' <<<"$vin" || echo "${vin%%$'\n'*}")
     if [[ $vin == "$vout" ]]; then
         if [[ $vin == validates ]]; then
-            pass "virt-xml-validate $1: the sidecar's input and output both validate"
+            vmq_ok "virt-xml-validate $1: the sidecar's input and output both validate"
         else
-            pass "virt-xml-validate $1: input fails ($(grep -c 'validity error' <<<"$vin") errors: $first, KubeVirt's empty <sysinfo> children); the sidecar's output fails with exactly the same errors"
+            vmq_ok "virt-xml-validate $1: input fails ($(grep -c 'validity error' <<<"$vin") errors: $first, KubeVirt's empty <sysinfo> children); the sidecar's output fails with exactly the same errors"
         fi
     elif [[ $vout == validates ]]; then
-        pass "virt-xml-validate $1: input fails ($first), the sidecar's output validates"
+        vmq_ok "virt-xml-validate $1: input fails ($first), the sidecar's output validates"
     else
-        fail "virt-xml-validate $1: the sidecar changed the result: input: $(tr '\n' ' ' <<<"$vin"); output: $(tr '\n' ' ' <<<"$vout")"
+        vmq_fail "virt-xml-validate $1: the sidecar changed the result: input: $(tr '\n' ' ' <<<"$vin"); output: $(tr '\n' ' ' <<<"$vout")"
     fi
     xt nosysinfo "$3" "$3.nosysinfo"
     vout=$(validate "$3.nosysinfo")
     if [[ $vout == validates ]]; then
-        pass "virt-xml-validate $1: the sidecar's output with <sysinfo> removed validates"
+        vmq_ok "virt-xml-validate $1: the sidecar's output with <sysinfo> removed validates"
     else
-        fail "virt-xml-validate $1: the sidecar's output with <sysinfo> removed does not validate: $(tr '\n' ' ' <<<"$vout")"
+        vmq_fail "virt-xml-validate $1: the sidecar's output with <sysinfo> removed does not validate: $(tr '\n' ' ' <<<"$vout")"
     fi
 }
 
@@ -404,21 +401,18 @@ xt adapt "$KV_DOMAIN" "$WORK/xml/pass1-in.xml" "$NAME" "$UUID" "$WORK/guest/kern
     abort "adapting $KV_DOMAIN"
 
 # ------------------------------------------------------------------ pass 1: placeholder domain
-T_HOOK1=$(vmq_now)
-hookcall 1 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-out.xml" ||
-    abort "OnDefineDomain pass 1 (KubeVirt's domain with placeholder NICs): $(grep -v '^hookcall: Info:' "$WORK/xml/hookcall-1.log" | tr '\n' ' ')"
-T_HOOK1_DONE=$(vmq_now)
+hookpass 1 "KubeVirt's domain with placeholder NICs"
 nph=$(xp 'count(//devices/interface[starts-with(target/@dev,"placeholder-")])' "$WORK/xml/pass1-out.xml")
 if check_nic "$WORK/xml/pass1-out.xml" && [[ $nph == 4 ]]; then
-    pass "OnDefineDomain pass 1 over $(basename "$HOOK_SOCK") ($(vmq_elapsed "$T_HOOK1" "$T_HOOK1_DONE") s): vhost-user NIC ua-fast, QEMU socket server $SOCK, queues=$QUEUES, rx/tx 1024, mac $MAC_FAST, memfd shared memory; KubeVirt's 4 placeholder NICs kept"
+    vmq_ok "OnDefineDomain pass 1 over $(basename "$HOOK_SOCK") (${T_HOOK[1]} s): vhost-user NIC ua-fast, QEMU socket server $SOCK, queues=$QUEUES, rx/tx 1024, mac $MAC_FAST, memfd shared memory; KubeVirt's 4 placeholder NICs kept"
 else
-    fail "OnDefineDomain pass 1: ${NIC_BAD:-} placeholders=$nph (output $WORK/xml/pass1-out.xml)"
+    vmq_fail "OnDefineDomain pass 1: ${NIC_BAD:-} placeholders=$nph (output $WORK/xml/pass1-out.xml)"
 fi
 compare_validation pass1 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-out.xml"
 
 if timeout 60 virsh -q define "$WORK/xml/pass1-out.xml" >"$WORK/xml/define-1.log" 2>&1; then
     DEFINED=1
-    pass "virsh define of pass 1's domain (as virt-launcher's first define, to reserve PCI controllers)"
+    vmq_ok "virsh define of pass 1's domain (as virt-launcher's first define, to reserve PCI controllers)"
 else
     abort "virsh define of pass 1's domain: $(tr '\n' ' ' <"$WORK/xml/define-1.log")"
 fi
@@ -426,21 +420,18 @@ timeout 60 virsh dumpxml --inactive "$NAME" >"$WORK/xml/pass1-defined.xml" || ab
 
 # ------------------------------------------------------------------ pass 2: the domain virt-launcher starts
 xt pass2 "$WORK/xml/pass1-in.xml" "$WORK/xml/pass1-defined.xml" "$WORK/xml/pass2-in.xml" || abort "building pass 2's input"
-T_HOOK2=$(vmq_now)
-hookcall 2 "$WORK/xml/pass2-in.xml" "$WORK/xml/pass2-out.xml" ||
-    abort "OnDefineDomain pass 2 (devices from libvirt, placeholders dropped): $(grep -v '^hookcall: Info:' "$WORK/xml/hookcall-2.log" | tr '\n' ' ')"
-T_HOOK2_DONE=$(vmq_now)
+hookpass 2 "devices from libvirt, placeholders dropped"
 nif=$(xp 'count(//devices/interface)' "$WORK/xml/pass2-out.xml")
 if check_nic "$WORK/xml/pass2-out.xml" && [[ $nif == 1 ]]; then
-    pass "OnDefineDomain pass 2 ($(vmq_elapsed "$T_HOOK2" "$T_HOOK2_DONE") s): the vhost-user NIC is back (virt-launcher dropped it with the placeholders), the only interface"
+    vmq_ok "OnDefineDomain pass 2 (${T_HOOK[2]} s): the vhost-user NIC is back (virt-launcher dropped it with the placeholders), the only interface"
 else
-    fail "OnDefineDomain pass 2: ${NIC_BAD:-} interfaces=$nif (output $WORK/xml/pass2-out.xml)"
+    vmq_fail "OnDefineDomain pass 2: ${NIC_BAD:-} interfaces=$nif (output $WORK/xml/pass2-out.xml)"
 fi
 compare_validation pass2 "$WORK/xml/pass2-in.xml" "$WORK/xml/pass2-out.xml"
 if hookcall 3 "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml" && cmp -s "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml"; then
-    pass "OnDefineDomain on its own output changes nothing (idempotent)"
+    vmq_ok "OnDefineDomain on its own output changes nothing (idempotent)"
 else
-    fail "OnDefineDomain on its own output: $(diff "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml" | head -n 5 | tr '\n' ' ') $(tr '\n' ' ' <"$WORK/xml/hookcall-3.log")"
+    vmq_fail "OnDefineDomain on its own output: $(diff "$WORK/xml/pass2-out.xml" "$WORK/xml/pass3-out.xml" | head -n 5 | tr '\n' ' ') $(tr '\n' ' ' <"$WORK/xml/hookcall-3.log")"
 fi
 
 # ------------------------------------------------------------------ the test-bed override, define, start
@@ -452,9 +443,9 @@ if ((OVERRIDE)); then
     echo "note: test bed only: <qemu:override> vectors=0 on alias ua-fast (QEMU 7.2 under TCG crashes with MSI-X on vhost-user) and <emulator> $WORK/bin/qemu-system-x86_64 (hack/kubevirt/qemu-tcg-shim: the 4-vCPU guest's TCG on one thread, QEMU 10.0's iotlb_to_section abort) added to the sidecar's output; nothing else changed"
     xt nosysinfo "$WORK/xml/domain.xml" "$WORK/xml/domain.xml.nosysinfo"
     if [[ $(validate "$WORK/xml/domain.xml.nosysinfo") == validates ]]; then
-        pass "the test-bed <qemu:override> (vectors=0 on ua-fast) is schema-valid (domain with <sysinfo> removed validates)"
+        vmq_ok "the test-bed <qemu:override> (vectors=0 on ua-fast) is schema-valid (domain with <sysinfo> removed validates)"
     else
-        fail "the domain with <qemu:override> does not validate: $(validate "$WORK/xml/domain.xml.nosysinfo" | tr '\n' ' ')"
+        vmq_fail "the domain with <qemu:override> does not validate: $(validate "$WORK/xml/domain.xml.nosysinfo" | tr '\n' ' ')"
     fi
 else
     cp "$WORK/xml/pass2-out.xml" "$WORK/xml/domain.xml"
@@ -472,7 +463,7 @@ fi
 T_STARTED=$(vmq_now)
 QEMU_PID=$(cat "/run/libvirt/qemu/$NAME.pid" 2>/dev/null || true)
 timeout 60 virsh dumpxml "$NAME" >"$WORK/xml/live.xml" 2>/dev/null || true
-pass "virsh define + start $NAME ($LV_VERSION, domain type qemu/TCG): running in $(vmq_elapsed "$T_DEFINE" "$T_STARTED") s, QEMU pid ${QEMU_PID:-?}"
+vmq_ok "virsh define + start $NAME ($LV_VERSION, domain type qemu/TCG): running in $(vmq_elapsed "$T_DEFINE" "$T_STARTED") s, QEMU pid ${QEMU_PID:-?}"
 
 # ------------------------------------------------------------------ QEMU's command line
 QARGS=$WORK/qemu-args.txt
@@ -489,87 +480,74 @@ WANT_VECTORS=any
 nic=$(jq -r '"\(.mq) \(.vectors)"' <<<"$NICDEV" 2>/dev/null || true)
 if [[ $(jq -r '"\(.type) \(.queues)"' <<<"$NETDEV" 2>/dev/null) == "vhost-user $QUEUES" && $CHARDEV == *"path=$SOCK,server=on"* &&
     ($nic == "true $WANT_VECTORS" || ($WANT_VECTORS == any && $nic == "true "*)) ]]; then
-    pass "QEMU command line: -netdev $NETDEV; -chardev $CHARDEV; -device $(jq -c '{driver, mq, rx_queue_size, tx_queue_size, vectors, mac}' <<<"$NICDEV"); -accel $(awk 'p { print; exit } $0 == "-accel" { p = 1 }' "$QARGS")"
+    vmq_ok "QEMU command line: -netdev $NETDEV; -chardev $CHARDEV; -device $(jq -c '{driver, mq, rx_queue_size, tx_queue_size, vectors, mac}' <<<"$NICDEV"); -accel $(awk 'p { print; exit } $0 == "-accel" { p = 1 }' "$QARGS")"
 else
-    fail "QEMU command line: netdev '$NETDEV' chardev '$CHARDEV' device '$NICDEV' (want vhost-user queues=$QUEUES, server socket $SOCK, mq on, vectors $WANT_VECTORS; pid ${QEMU_PID:-?}, log $(qlog))"
+    vmq_fail "QEMU command line: netdev '$NETDEV' chardev '$CHARDEV' device '$NICDEV' (want vhost-user queues=$QUEUES, server socket $SOCK, mq on, vectors $WANT_VECTORS; pid ${QEMU_PID:-?}, log $(qlog))"
 fi
 
 # ------------------------------------------------------------------ the guest
 SERIAL=$RUN/virt-serial0-log # the <log file> of KubeVirt's serial console, written by virtlogd
-gwait() { # gwait REGEX SECONDS: a line on the domain's serial console
-    local rc=0
-    vmq_wait_log "$SERIAL" "$1" "$2" "${QEMU_PID:-}" || rc=$?
-    if ((rc)); then
-        vmq_log "domain $NAME: no /$1/ after $2 s ($([[ $rc == 2 ]] && echo "QEMU exited" || echo timeout)); last lines:"
-        tail -n 15 "$SERIAL" 2>/dev/null | tr -d '\r' | sed 's/^/    | /' >&2 || true
-        tail -n 3 "$(qlog)" 2>/dev/null | sed 's/^/    qemu: /' >&2 || true
-    fi
-    return "$rc"
-}
+# the domain's guest, as hack/lib.sh's guests: vmq_guest_wait kv REGEX SECONDS
+VMQ_GUEST_LOG[kv]=$SERIAL VMQ_GUEST_PID[kv]=$QEMU_PID VMQ_GUEST_QLOG[kv]=$(qlog)
 crashed() { grep -a -q 'shutting down, reason=crashed' "$(qlog)" 2>/dev/null && echo "; QEMU crashed (libvirt: reason=crashed)"; true; }
-gwait '^VHOSTMQ-RESULT boot ' 150 || abort "the domain's guest did not boot (serial log $SERIAL)$(crashed)"
+vmq_guest_wait kv '^VHOSTMQ-RESULT boot ' 150 || abort "the domain's guest did not boot (serial log $SERIAL)$(crashed)"
 T_BOOT=$(vmq_now)
-gwait '^VHOSTMQ-RESULT link ' 90 || abort "the domain's guest did not bring eth0 up$(crashed)"
+vmq_guest_wait kv '^VHOSTMQ-RESULT link ' 90 || abort "the domain's guest did not bring eth0 up$(crashed)"
 T_LINK=$(vmq_now)
 rx=$(vmq_result "$SERIAL" queues rx) tx=$(vmq_result "$SERIAL" queues tx)
 brx=$(vmq_result "$SERIAL" queues before_rx) btx=$(vmq_result "$SERIAL" queues before_tx)
 if [[ $rx == "$QUEUES" && $tx == "$QUEUES" ]]; then
-    pass "guest (4 vCPUs) sees $rx rx + $tx tx queues on eth0 (driver default before ethtool -L: $brx rx + $btx tx), link $(vmq_result "$SERIAL" link state)"
+    vmq_ok "guest (4 vCPUs) sees $rx rx + $tx tx queues on eth0 (driver default before ethtool -L: $brx rx + $btx tx), link $(vmq_result "$SERIAL" link state)"
 else
-    fail "guest queues: $(vmq_result_line "$SERIAL" queues)"
+    vmq_fail "guest queues: $(vmq_result_line "$SERIAL" queues)"
 fi
 
 # the dataplane's side, while the guest runs
-port_json() { ctl -o json port show fast 2>/dev/null || true; }
-ok_port=0
-for ((i = 0; i < 100; i++)); do
-    pj=$(port_json)
-    [[ $(jq -r '"\(.status.connected) \(.status.enabled_pairs)"' <<<"$pj" 2>/dev/null) == "true $QUEUES" ]] && { ok_port=1; break; }
-    sleep 0.2
-done
-qj=$(ctl -o json queues fast --interval 0 2>/dev/null || true)
+port_json() { vmq_ctl -o json port show fast 2>/dev/null || true; }
+# port_state: "connected=C enabled_pairs=N" of the dataplane's port fast
+port_state() { jq -r '"connected=\(.status.connected) enabled_pairs=\(.status.enabled_pairs)"' <<<"$(port_json)" 2>/dev/null || echo "no port fast"; }
+vmq_eventually 20 "dataplane port fast (role client, dialed QEMU's socket): connected, $QUEUES pairs enabled" \
+    "connected=true enabled_pairs=$QUEUES" port_state || true
+pj=$(port_json)
+qj=$(vmq_ctl -o json queues fast --interval 0 2>/dev/null || true)
 printf '%s\n' "$pj" >"$WORK/port-fast.json"
 printf '%s\n' "$qj" >"$WORK/queues-fast.json"
-en=$(jq -r '[.slots[].queues[]? | select(.port == "fast" and .rx_enabled and .tx_enabled) | .pair] | sort | map(tostring) | join(",")' <<<"$qj" 2>/dev/null || true)
-if ((ok_port)) && [[ $en == "0,1,2,3" ]]; then
-    pass "dataplane port fast (role client, dialed QEMU's socket): connected, connects=$(jq -r .status.connects <<<"$pj"), enabled_pairs=$QUEUES; vhostmqctl queues: pairs $en rx+tx enabled, on CPU $(jq -r '[.slots[] | select((.queues // []) | any(.port == "fast")) | .cpu] | unique | map(tostring) | join(",")' <<<"$qj")"
-else
-    fail "dataplane port fast: status $(jq -c .status <<<"$pj" 2>/dev/null || echo "$pj"); enabled pairs (queues) '$en'"
-fi
+vmq_log "port fast: connects=$(jq -r .status.connects <<<"$pj" 2>/dev/null), on CPU $(jq -r '[.slots[] | select((.queues // []) | any(.port == "fast")) | .cpu] | unique | map(tostring) | join(",")' <<<"$qj" 2>/dev/null)"
+vmq_expect "vhostmqctl queues: port fast's pairs with rx and tx enabled" \
+    "$(jq -r '[.slots[].queues[]? | select(.port == "fast" and .rx_enabled and .tx_enabled) | .pair] | sort | map(tostring) | join(",")' <<<"$qj" 2>/dev/null || true)" 0,1,2,3
 
 # ping and iperf3 to the peer
-if gwait '^VHOSTMQ-RESULT reach ' 120; then
+if vmq_guest_wait kv '^VHOSTMQ-RESULT reach ' 120; then
     T_PING=$(vmq_now)
     if [[ $(vmq_result "$SERIAL" reach ok) == 1 ]]; then
-        pass "guest reaches the peer 10.0.0.2 through the dataplane ($(vmq_elapsed "$T_DEFINE" "$T_PING") s after virsh define)"
+        vmq_ok "guest reaches the peer 10.0.0.2 through the dataplane ($(vmq_elapsed "$T_DEFINE" "$T_PING") s after virsh define)"
     else
-        fail "guest cannot reach the peer: $(vmq_result_line "$SERIAL" reach); peer: $(vmq_result_line "${VMQ_GUEST_LOG[peer]}" link)"
+        vmq_fail "guest cannot reach the peer: $(vmq_result_line "$SERIAL" reach); peer: $(vmq_result_line "${VMQ_GUEST_LOG[peer]}" link)"
     fi
 else
     T_PING=""
-    fail "the guest did not report reaching the peer"
+    vmq_fail "the guest did not report reaching the peer"
 fi
-if gwait '^VHOSTMQ-RESULT role-done role=client ' 150; then
+if vmq_guest_wait kv '^VHOSTMQ-RESULT role-done role=client ' 150; then
     sent=$(vmq_result "$SERIAL" ping sent) recv=$(vmq_result "$SERIAL" ping received)
     if [[ $recv =~ ^[1-9][0-9]*$ ]]; then
-        pass "ping 10.0.0.2: $recv/$sent replies, loss $(vmq_result "$SERIAL" ping loss_pct)%, rtt min/avg/max $(vmq_result "$SERIAL" ping rtt_min_ms)/$(vmq_result "$SERIAL" ping rtt_avg_ms)/$(vmq_result "$SERIAL" ping rtt_max_ms) ms"
+        vmq_ok "ping 10.0.0.2: $recv/$sent replies, loss $(vmq_result "$SERIAL" ping loss_pct)%, rtt min/avg/max $(vmq_result "$SERIAL" ping rtt_min_ms)/$(vmq_result "$SERIAL" ping rtt_avg_ms)/$(vmq_result "$SERIAL" ping rtt_max_ms) ms"
     else
-        fail "ping 10.0.0.2: $(vmq_result_line "$SERIAL" ping)"
+        vmq_fail "ping 10.0.0.2: $(vmq_result_line "$SERIAL" ping)"
     fi
-    iperf_line() { tr -d '\r' <"$SERIAL" | awk -v d="$1" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == "dir=" d { l = $0 } END { print l }'; }
-    ifwd=$(iperf_line forward) irev=$(iperf_line reverse)
+    ifwd=$(vmq_iperf_line "$SERIAL" forward) irev=$(vmq_iperf_line "$SERIAL" reverse)
     if [[ $ifwd == *" rc=0 "* && $irev == *" rc=0 "* ]]; then
-        pass "iperf3 -P 16 to the peer: forward $(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$ifwd") Gbit/s, reverse $(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$irev") Gbit/s (TCG)"
+        vmq_ok "iperf3 -P 16 to the peer: forward $(vmq_kv "$ifwd" gbps) Gbit/s, reverse $(vmq_kv "$irev" gbps) Gbit/s (TCG)"
     else
-        fail "iperf3 to the peer: ${ifwd:-no forward result}; ${irev:-no reverse result}"
+        vmq_fail "iperf3 to the peer: ${ifwd:-no forward result}; ${irev:-no reverse result}"
     fi
 else
-    fail "the guest's client role (ping, iperf3) did not finish"
+    vmq_fail "the guest's client role (ping, iperf3) did not finish"
 fi
 T_TRAFFIC=$(vmq_now)
 
 # per-queue counters (rx = toward the guest, tx = from the guest)
-sj=$(ctl -o json stats fast peer 2>/dev/null || true)
+sj=$(vmq_ctl -o json stats fast peer 2>/dev/null || true)
 printf '%s\n' "$sj" >"$WORK/stats-after-traffic.json"
 QTABLE=$(jq -r '.ports[]? as $p | $p.queues[] | [$p.id, .pair, .cpu, .rx.packets, .tx.packets, .rx.bytes, .tx.bytes,
     ((.drops // {}) | to_entries | map(select(.key != "total" and .value > 0) | "\(.key)=\(.value)") | if length == 0 then "-" else join(",") end)] | @tsv' <<<"$sj" 2>/dev/null || true)
@@ -591,9 +569,9 @@ unserved=$(awk -F'\t' -v a="$g0" -v b="$gq" '
         if (gr > 0 && $4 + 0 == 0) printf "pair %d: the guest read %d from rx_q%d, the dataplane put none; ", $2, gr, $2
     }' <<<"$QTABLE")
 if [[ -n $g0 && -z $unserved ]] && ((busy >= 1)) && [[ ${tot% *} -gt 0 && ${tot#* } -gt 0 ]]; then
-    pass "per-queue counters of port fast: every queue the guest used was served on its pair; $busy of $QUEUES pairs carried traffic both ways (rx ${tot% *} / tx ${tot#* } packets in total; the guest's per-queue counters: $gq)"
+    vmq_ok "per-queue counters of port fast: every queue the guest used was served on its pair; $busy of $QUEUES pairs carried traffic both ways (rx ${tot% *} / tx ${tot#* } packets in total; the guest's per-queue counters: $gq)"
 else
-    fail "per-queue counters of port fast: ${unserved:-}$([[ -n $g0 ]] || echo "no guest counters before the traffic; ")$busy of $QUEUES pairs busy both ways: $(tr '\n\t' '; ' <<<"$QTABLE")"
+    vmq_fail "per-queue counters of port fast: ${unserved:-}$([[ -n $g0 ]] || echo "no guest counters before the traffic; ")$busy of $QUEUES pairs busy both ways: $(tr '\n\t' '; ' <<<"$QTABLE")"
 fi
 {
     echo "port pair cpu rxPackets txPackets rxBytes txBytes drops"
@@ -602,23 +580,16 @@ fi
 
 # ------------------------------------------------------------------ teardown, checked
 if timeout 60 virsh -q destroy "$NAME" >/dev/null 2>&1; then
-    pass "virsh destroy $NAME"
+    vmq_ok "virsh destroy $NAME"
 else
-    fail "virsh destroy $NAME"
+    vmq_fail "virsh destroy $NAME"
 fi
-for ((i = 0; i < 50; i++)); do
-    [[ $(jq -r .status.connected <<<"$(port_json)" 2>/dev/null) == false ]] && break
-    sleep 0.2
-done
-if [[ $(jq -r .status.connected <<<"$(port_json)" 2>/dev/null) == false ]]; then
-    pass "the dataplane saw QEMU go away (port fast connected=false; it keeps re-dialing)"
-else
-    fail "port fast still connected after virsh destroy"
-fi
+vmq_eventually 10 "the dataplane saw QEMU go away (port fast not connected; it keeps re-dialing)" \
+    '~^connected=false ' port_state || true
 if timeout 60 virsh -q undefine "$NAME" >/dev/null 2>&1 && domain_gone; then
-    pass "virsh undefine $NAME"
+    vmq_ok "virsh undefine $NAME"
 else
-    fail "virsh undefine $NAME"
+    vmq_fail "virsh undefine $NAME"
 fi
 DEFINED=0
 if [[ -f $(qlog) ]]; then cp "$(qlog)" "$WORK/libvirt-qemu.log"; rm -f "$(qlog)"; fi
@@ -628,9 +599,9 @@ sc_rc=$VMQ_RC
 vmq_stop "$DP_PID" 12
 dp_rc=$VMQ_RC
 if [[ $sc_rc == 0 && $dp_rc == 0 ]]; then
-    pass "the sidecar and the dataplane exit 0 on SIGTERM"
+    vmq_ok "the sidecar and the dataplane exit 0 on SIGTERM"
 else
-    fail "exit status on SIGTERM: sidecar $sc_rc, dataplane $dp_rc"
+    vmq_fail "exit status on SIGTERM: sidecar $sc_rc, dataplane $dp_rc"
 fi
 
 # ------------------------------------------------------------------ report
@@ -644,8 +615,8 @@ echo "timings (s):"
     echo "dependencies $(vmq_elapsed "$T_START" "$T_DEPS")"
     echo "go-build+guest-image $(vmq_elapsed "$T_DEPS" "$T_BUILD")"
     echo "libvirtd-up $(vmq_elapsed "$T_BUILD" "$T_LIBVIRT")"
-    echo "OnDefineDomain-pass1 $(vmq_elapsed "$T_HOOK1" "$T_HOOK1_DONE")"
-    echo "OnDefineDomain-pass2 $(vmq_elapsed "$T_HOOK2" "$T_HOOK2_DONE")"
+    echo "OnDefineDomain-pass1 ${T_HOOK[1]}"
+    echo "OnDefineDomain-pass2 ${T_HOOK[2]}"
     echo "define->running $(vmq_elapsed "$T_DEFINE" "$T_STARTED")"
     echo "running->guest-boot-line $(vmq_elapsed "$T_STARTED" "$T_BOOT")"
     echo "running->link-up(4-queues) $(vmq_elapsed "$T_STARTED" "$T_LINK")"
@@ -654,5 +625,4 @@ echo "timings (s):"
     echo "total $(vmq_elapsed "$T_START")"
 } | vmq_table | sed 's/^/  /'
 echo
-summary
-((failed == 0))
+vmq_fails_report

@@ -49,19 +49,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 
 ROLE=both MB=200 QUEUES=1 TAIL=8 MEMCHECK="" WORK=""
-ARGS=("$@")
-while (($#)); do
-    case $1 in
-        --role) ROLE=$2; shift 2 ;;
-        --mb) MB=$2; shift 2 ;;
-        --queues) QUEUES=$2; shift 2 ;;
-        --tail) TAIL=$2; shift 2 ;;
-        --memcheck) MEMCHECK=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --role=ROLE --mb=MB --queues=QUEUES --tail=TAIL --memcheck=MEMCHECK --keep=WORK -- "$@"
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
 if ! [[ $MB =~ ^[1-9][0-9]*$ ]] || ((MB > 300)); then vmq_die "--mb must be 1..300 (the file lives in b's 512 MiB)"; fi
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
@@ -69,54 +57,28 @@ if ! [[ $MB =~ ^[1-9][0-9]*$ ]] || ((MB > 300)); then vmq_die "--mb must be 1..3
 [[ $MEMCHECK =~ ^(|yes|no)$ ]] || vmq_die "--memcheck must be yes or no"
 [[ -n $MEMCHECK ]] || { MEMCHECK=no; [[ $ROLE == client ]] && MEMCHECK=yes; }
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-migrate.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-migrate
 vmq_init
 T0=$(vmq_now)
 vmq_build_guest
 [[ $VMQ_BACKEND == dataplane ]] || vmq_die "the migration test needs the dataplane backend (VHOSTMQ_BACKEND=dataplane)"
 
 if [[ $ROLE == both ]]; then
-    rcs=()
-    for r in server client; do
-        rest=()
-        skip=0
-        for a in "${ARGS[@]}"; do
-            if ((skip)); then skip=0; continue; fi
-            case $a in --role | --keep) skip=1; continue ;; esac
-            rest+=("$a")
-        done
+    RUNS=(server client)
+    for r in "${RUNS[@]}"; do
         vmq_log "===== role $r ====="
-        "$BASH" "$HERE/e2e-migrate.sh" "${rest[@]}" --role "$r" --keep "$WORK/$r" &
-        pid=$!
-        vmq_track "$pid"
-        rc=0
-        wait "$pid" || rc=$?
-        rcs+=("$rc")
+        vmq_rerun "$WORK/$r" --role "$r"
     done
-    echo
-    echo "===== vhostmq e2e-migrate summary ($(vmq_elapsed "$T0") s) ====="
-    {
-        echo "role status total_ms downtime_ms setup_ms ram_mib dirty_syncs file_mib file_s sha256 memory max_ping_gap_ms pings result"
-        i=0
-        for r in server client; do
-            unset mig_status mig_total_ms mig_downtime_ms mig_setup_ms mig_ram_mib mig_dirty_syncs file_mib file_s sha_match max_gap_ms pings memcheck mem_pages_differing
-            # shellcheck disable=SC1090
-            [[ -f $WORK/$r/result.env ]] && source "$WORK/$r/result.env"
-            res=PASS
-            [[ ${rcs[i]} == 0 ]] || res="FAIL(rc=${rcs[i]})"
-            echo "$r ${mig_status:-?} ${mig_total_ms:-?} ${mig_downtime_ms:-?} ${mig_setup_ms:-?} ${mig_ram_mib:-?}" \
-                "${mig_dirty_syncs:-?} ${file_mib:-?} ${file_s:-?} ${sha_match:-?}" \
-                "$([[ ${memcheck:-} == yes ]] && echo "${mem_pages_differing:-?}-differ" || echo -)" \
-                "${max_gap_ms:-?}$([[ ${memcheck:-} == yes ]] && echo "(paused)") ${pings:-?} $res"
-            i=$((i + 1))
-        done
-    } | vmq_table
-    echo "work dir: $WORK"
-    for rc in "${rcs[@]}"; do
-        ((rc == 0)) || { echo "e2e-migrate: FAILED (see the per-role output above)"; exit 1; }
-    done
-    echo "e2e-migrate: PASSED"
-    exit 0
+    # row I: run I's columns, from its result.env
+    # shellcheck disable=SC2317  # called by vmq_rerun_summary
+    row() {
+        local mem=- gap=${max_gap_ms:-?}
+        [[ ${memcheck:-} != yes ]] || mem=${mem_pages_differing:-?}-differ gap+="(paused)"
+        echo "${RUNS[$1]} ${mig_status:-?} ${mig_total_ms:-?} ${mig_downtime_ms:-?} ${mig_setup_ms:-?} ${mig_ram_mib:-?}" \
+            "${mig_dirty_syncs:-?} ${file_mib:-?} ${file_s:-?} ${sha_match:-?} $mem $gap ${pings:-?}"
+    }
+    vmq_rerun_summary e2e-migrate "role status total_ms downtime_ms setup_ms ram_mib dirty_syncs file_mib file_s sha256 memory max_ping_gap_ms pings" row
+    exit 0 # (a failed verdict ends it with status 1: set -e)
 fi
 
 # ---------------------------------------------------------------- one role
@@ -161,15 +123,14 @@ port_packets() {
 VMQ_SOCK_ROLE=$ROLE
 vmq_ports_reset
 vmq_port_add b "$WORK/b.sock" "$QUEUES" "$MAC_B"
-STATS=$WORK/stats.json CFG=$WORK/dataplane.yaml API=$WORK/api.sock
+STATS=$WORK/stats.json CFG=$WORK/dataplane.yaml
 vmq_write_config "$CFG" "$STATS"
 echo "socketRoot: $WORK" >>"$CFG" # where ports added through the API may have their sockets
-CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
-[[ -x $CTL ]] || vmq_die "$CTL not found: run 'make build'"
+[[ -x $VMQ_CTL ]] || vmq_die "$VMQ_CTL not found: run 'make build'"
 add_ports() {
     local g
     for g in a a2; do
-        "$CTL" --socket "$API" port add "$g" --socket "$WORK/$g.sock" --role "$ROLE" --queues "$QUEUES" --mac "$MAC_A" \
+        vmq_ctl port add "$g" --socket "$WORK/$g.sock" --role "$ROLE" --queues "$QUEUES" --mac "$MAC_A" \
             >"$WORK/port-add-$g.txt" 2>&1 || vmq_die "vhostmqctl port add $g: $(cat "$WORK/port-add-$g.txt")"
         [[ $ROLE == client ]] || vmq_wait_path "$WORK/$g.sock" 20 "$VMQ_BE_PID" || vmq_die "the dataplane did not create $g.sock"
     done
@@ -300,13 +261,12 @@ fi
 # (b pings a2 every interval until its tail ends: wait for both counters to
 # move, however slowly a busy machine runs the guests, within the tail)
 RX_A=$(port_packets a rx) RX_A2=$(port_packets a2 rx) TX_A2=$(port_packets a2 tx)
-a2_moved() { (($(port_packets a2 rx) > RX_A2 && $(port_packets a2 tx) > TX_A2)); }
-moved=0
-for ((i = 0; i < TAIL * 4 && ! moved; i++)); do sleep 0.25; a2_moved && moved=1; done
-RX_A2b=$(port_packets a2 rx) TX_A2b=$(port_packets a2 tx) RX_Ab=$(port_packets a rx)
-((RX_A2b > RX_A2 && TX_A2b > TX_A2)) || vmq_fail "a2 carries no traffic after the migration (rx $RX_A2 -> $RX_A2b, tx $TX_A2 -> $TX_A2b over $((i / 4)) s)"
+a2_moved() { echo "rx +$(($(port_packets a2 rx) - RX_A2)) tx +$(($(port_packets a2 tx) - TX_A2))"; }
+VMQ_POLL_S=0.25 vmq_eventually "$TAIL" "a2 carries the guest's traffic after the migration (its rx and tx move)" \
+    '~^rx \+[1-9][0-9]* tx \+[1-9]' a2_moved || true
+RX_Ab=$(port_packets a rx)
 ((RX_Ab == RX_A)) || vmq_fail "frames still reach port a after the migration (rx $RX_A -> $RX_Ab)"
-"$CTL" --socket "$API" port del a >"$WORK/port-del-a.txt" 2>&1 || vmq_fail "vhostmqctl port del a: $(cat "$WORK/port-del-a.txt")"
+vmq_ctl port del a >"$WORK/port-del-a.txt" 2>&1 || vmq_fail "vhostmqctl port del a: $(cat "$WORK/port-del-a.txt")"
 DEL_T=$(vmq_now)
 if vmq_guest_wait b '^VHOSTMQ-RESULT pings ' $((TAIL + 120)); then
     lb=${VMQ_GUEST_LOG[b]}
@@ -350,9 +310,4 @@ echo "pings b -> a/a2  ${VMQ_RES[pings]:-?} answered (every 10 ms), longest gap 
 [[ $MEMCHECK == no ]] || echo "memory           ${VMQ_RES[mem_pages_differing]:-?} pages differ between source and target after the stop"
 echo "rings            ${VMQ_RES[rings]}"
 echo "wall time ${VMQ_RES[wall_s]} s; work dir: $WORK"
-if vmq_fails_report; then
-    echo "e2e-migrate role=$ROLE: PASSED"
-else
-    echo "e2e-migrate role=$ROLE: FAILED"
-    exit 1
-fi
+vmq_verdict "e2e-migrate role=$ROLE"

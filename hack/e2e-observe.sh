@@ -40,17 +40,11 @@ source "$HERE/lib.sh"
 VMQ_TAG=e2e-observe
 
 WORK=""
-while (($#)); do
-    case $1 in
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --keep=WORK -- "$@"
 vmq_need_root
-for c in prometheus promtool dpdk-testpmd jq curl python3 tmux fish zsh; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+vmq_need prometheus promtool dpdk-testpmd jq curl python3 tmux fish zsh
 [[ -f /usr/share/bash-completion/bash_completion ]] || vmq_die "bash-completion missing: run hack/install-deps.sh"
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-observe.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-observe
 vmq_init
 T0=$(vmq_now)
 SECS=300
@@ -106,27 +100,14 @@ api() { curl -fsS --max-time 5 "http://127.0.0.1:$PPORT/api/v1/$1"; }
 query() { curl -fsS --max-time 5 "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" | jq -c '.data.result'; }
 firing() { api alerts | jq -c '[.data.alerts[] | select(.state == "firing") | {alertname: .labels.alertname, port: .labels.port, reason: .labels.reason, node: .labels.node}] | sort_by(.alertname)'; }
 
-# poll SECS INTERVAL CMD...: until CMD succeeds
-poll() {
-    local end=$(($(date +%s) + $1)) iv=$2
-    shift 2
-    until "$@"; do
-        (($(date +%s) < end)) || return 1
-        sleep "$iv"
-    done
+# target_health: the vhostmq target's health, and its last error if any
+target_health() {
+    api targets | jq -r '[.data.activeTargets[] | select(.labels.job == "vhostmq")
+        | .health + (if .lastError != "" then " (" + .lastError + ")" else "" end)] | join(",")'
 }
-target_up() { [[ $(api targets | jq -r '[.data.activeTargets[] | select(.labels.job == "vhostmq") | .health] | join(",")') == up ]]; }
-if poll 60 0.5 target_up; then
-    vmq_ok "the scrape target 127.0.0.1:$MPORT is up"
-else
-    vmq_fail "the scrape target is not up: $(api targets | jq -c '.data.activeTargets[] | {health, lastError}')"
-fi
-drops_firing() { [[ $(firing | jq -r '[.[] | select(.alertname == "VhostmqDropsHigh")] | length') -gt 0 ]]; }
-if poll 90 1 drops_firing; then
-    vmq_ok "VhostmqDropsHigh fires after $(vmq_elapsed "$T0") s"
-else
-    vmq_fail "VhostmqDropsHigh did not fire within 90 s"
-fi
+VMQ_POLL_S=0.5 vmq_eventually 60 "the scrape target 127.0.0.1:$MPORT is up" up target_health || true
+firing_names() { firing | jq -r '[.[].alertname] | join(",")'; }
+VMQ_POLL_S=1 vmq_eventually 90 "VhostmqDropsHigh fires" '~(^|,)VhostmqDropsHigh(,|$)' firing_names || true
 sleep 3 # a few more evaluations
 F=$(firing)
 vmq_log "firing: $F"
@@ -156,16 +137,15 @@ vmq_log "port a's drops by reason over its frames (1 m): ${ratio:-none}"
 vmq_stop "$PROM_PID"
 
 # ------------------------------------------------------------------ shell completion
-CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
+CTL=$VMQ_CTL API=$VMQ_API
 [[ -x $CTL ]] || vmq_die "$CTL not found: run make build"
-API=$WORK/api.sock
 # two more ports, made through the API, for the completion to list
 for p in vm-blue vm-green; do
-    "$CTL" --socket "$API" port add "$p" --socket "$WORK/$p.sock" --role server \
+    vmq_ctl port add "$p" --socket "$WORK/$p.sock" --role server \
         --label k8s.pod.namespace=prod --label "k8s.pod.name=virt-launcher-$p" >/dev/null ||
         vmq_die "vhostmqctl port add $p failed"
 done
-IDS=$("$CTL" --socket "$API" -o json port list | jq -r '[.ports[].id] | sort | join(" ")')
+IDS=$(vmq_ctl -o json port list | jq -r '[.ports[].id] | sort | join(" ")')
 mkdir -p "$WORK/completion/bin"
 ln -sf "$CTL" "$WORK/completion/bin/vhostmqctl" # the scripts call the program by its name
 CPATH=$WORK/completion/bin:$PATH
@@ -187,92 +167,73 @@ complete_bash() {
         printf "%s\n" "${COMPREPLY[@]}"' "$WORK/completion/vhostmqctl.bash" "$@" 2>>"$WORK/completion/bash.err" |
         awk '{ print $1 }' | sort | paste -sd' '
 }
-got=$(complete_bash vhostmqctl --socket "$API" port show "")
-if [[ $got == "$IDS" ]]; then
-    vmq_ok "bash completion (bash-completion $(dpkg-query -W -f='${Version}' bash-completion)): 'vhostmqctl --socket API port show <TAB>' lists the agent's ports: $got"
-else
-    vmq_fail "bash completion of port show: '$got', the agent has '$IDS' (stderr $WORK/completion/bash.err)"
-fi
-got=$(complete_bash vhostmqctl --socket "$API" stats vm-blue vm-g)
-check_eq() { if [[ $2 == "$3" ]]; then vmq_ok "$1: $2"; else vmq_fail "$1: '$2', want '$3'"; fi; }
-check_eq "bash completion: 'stats vm-blue vm-g<TAB>'" "$got" vm-green
-check_eq "bash completion: 'port list -o <TAB>'" "$(complete_bash vhostmqctl port list -o "")" "json table wide"
-check_eq "bash completion: 'port <TAB>'" "$(complete_bash vhostmqctl port "")" "add bandwidth del list show"
+vmq_expect "bash completion (bash-completion $(dpkg-query -W -f='${Version}' bash-completion)): 'vhostmqctl --socket API port show <TAB>' lists the agent's ports (stderr $WORK/completion/bash.err)" \
+    "$(complete_bash vhostmqctl --socket "$API" port show "")" "$IDS"
+vmq_expect "bash completion: 'stats vm-blue vm-g<TAB>'" "$(complete_bash vhostmqctl --socket "$API" stats vm-blue vm-g)" vm-green
+vmq_expect "bash completion: 'port list -o <TAB>'" "$(complete_bash vhostmqctl port list -o "")" "json table wide"
+vmq_expect "bash completion: 'port <TAB>'" "$(complete_bash vhostmqctl port "")" "add bandwidth del list show"
 got=$(PATH=$CPATH fish --no-config -c "source $WORK/completion/vhostmqctl.fish; complete -C 'vhostmqctl --socket $API port del '" 2>&1 |
     awk '{ print $1 }' | sort | paste -sd' ')
-check_eq "fish completion ($(fish --version 2>&1 | awk '{ print $NF }')): 'vhostmqctl --socket API port del <TAB>'" "$got" "$IDS"
+vmq_expect "fish completion ($(fish --version 2>&1 | awk '{ print $NF }')): 'vhostmqctl --socket API port del <TAB>'" "$got" "$IDS"
 if zsh -n "$WORK/completion/vhostmqctl.zsh" &&
     PATH=$CPATH zsh -f -c "autoload -U compinit && compinit -u -d $WORK/completion/zcompdump && source $WORK/completion/vhostmqctl.zsh && whence -w _vhostmqctl" | grep -q function; then
     vmq_ok "zsh completion ($(zsh --version | awk '{ print $2 }')): the script parses, and defines _vhostmqctl under compinit"
 else
     vmq_fail "zsh completion: $WORK/completion/vhostmqctl.zsh does not load"
 fi
-for p in vm-blue vm-green; do "$CTL" --socket "$API" port del "$p" >/dev/null || vmq_fail "vhostmqctl port del $p"; done
+for p in vm-blue vm-green; do vmq_ctl port del "$p" >/dev/null || vmq_fail "vhostmqctl port del $p"; done
 
 # ------------------------------------------------------------------ vhostmqctl top
 TMUX_SOCK=$WORK/tmux.sock
 tm() { tmux -S "$TMUX_SOCK" "$@"; }
 screen() { tm capture-pane -p -t top 2>/dev/null || true; }
-shows() { screen | grep -qE "$1"; }
-# top in a detached 100x30 session; its exit status goes to a file
+# top_line ERE: the first line of top's screen that matches ERE, else the
+# screen's first two lines (what a failure shows)
+top_line() {
+    local s
+    s=$(screen)
+    grep -m1 -E -- "$1" <<<"$s" || head -n 2 <<<"$s"
+}
+# top_shows SECONDS WHAT ERE: asserts that top's screen gets a line matching ERE
+top_shows() { VMQ_POLL_S=0.2 vmq_eventually "$1" "$2" "~$3" top_line "$3"; }
+# top_rc: top's exit status, once it ended
+top_rc() { cat "$WORK/top.rc" 2>/dev/null || echo "still running"; }
+# top in a detached 160x30 session; its exit status goes to a file
 start_top() {
     rm -f "$WORK/top.rc"
     tm new-session -d -s top -x 160 -y 30 \
         "$CTL --socket $WORK/api.sock top --interval 1s 2>$WORK/top.err; echo \$? >$WORK/top.rc; sleep 30"
 }
-ended() { [[ -s $WORK/top.rc ]]; }
 start_top
-if poll 15 0.3 shows '^a +- +yes +2 +[0-9.]+ [kM]?pps .*no_destination'; then
-    vmq_ok "top: port a with its rates and its drops by reason"
-else
-    vmq_fail "top: no line for port a with rates and no_destination drops"
-fi
-screen | sed 's/^/    | /' | head -n 8
+top_shows 15 "top: port a with its rates and its drops by reason" '^a +- +yes +2 +[0-9.]+ [kM]?pps .*no_destination' &&
+    screen | sed 's/^/    | /' | head -n 8
 tm send-keys -t top u
-if poll 5 0.2 shows 'view: queues' && [[ $(screen | grep -cE '^a +[01] +[^ ]+ +[0-9]+ +[0-9.]+ [kM]?pps') == 2 ]]; then
-    vmq_ok "top: u shows port a's 2 queue pairs with their CPUs and rates"
-else
-    vmq_fail "top: the queues view after u"; screen | sed 's/^/    | /'
+if top_shows 5 "top: u shows the queues view" 'view: queues'; then
+    rows=$(screen | grep -cE '^a +[01] +[^ ]+ +[0-9]+ +[0-9.]+ [kM]?pps' || true)
+    vmq_expect "top: port a's queue pairs in the queues view, with their CPUs and rates" "$rows" 2
 fi
 tm send-keys -t top s
-if poll 5 0.2 shows 'sort: RX PPS, largest first' && shows 'RX PPS\*'; then
-    vmq_ok "top: s sorts by the next column, marked with *"
-else
-    vmq_fail "top: sorting after s"; screen | sed 's/^/    | /' | head -n 4
-fi
+top_shows 5 "top: s sorts by the next column" 'sort: RX PPS, largest first' &&
+    top_shows 1 "top: the sort column is marked with *" 'RX PPS\*'
 tm send-keys -t top w
-if poll 5 0.2 shows 'view: workers' && shows '^CPU +NUMA +PAIRS +BUSY +UPLINK'; then
-    vmq_ok "top: w shows the workers"
-else
-    vmq_fail "top: the workers view after w"
-fi
+top_shows 5 "top: w shows the workers view" 'view: workers' &&
+    top_shows 1 "top: the workers view's columns" '^CPU +NUMA +PAIRS +BUSY +UPLINK'
 tm send-keys -t top q
-if poll 5 0.2 ended && [[ $(cat "$WORK/top.rc") == 0 ]]; then
-    vmq_ok "top: q ends it, status 0"
-else
-    vmq_fail "top: q did not end it with status 0 (status $(cat "$WORK/top.rc" 2>/dev/null || echo none))"
-fi
+vmq_eventually 5 "top: q ends it, status 0" 0 top_rc || true
 tm kill-server 2>/dev/null || true
 # a server of its own: a new session on the socket of the one just killed
 # can meet it still exiting ("server exited unexpectedly")
 TMUX_SOCK=$WORK/tmux-2.sock
 start_top
-poll 15 0.3 shows '^a ' || vmq_fail "top did not start again"
+top_shows 15 "top started again" '^a ' || true
 vmq_stop "$FE_PID"
 vmq_backend_stop
-if poll 15 0.3 ended && [[ $(cat "$WORK/top.rc") == 3 ]] && grep -qF "$WORK/api.sock" "$WORK/top.err"; then
-    vmq_ok "top: the dataplane stopped, it ends by itself, status 3: $(head -c 200 "$WORK/top.err")"
-else
-    vmq_fail "top after the dataplane stopped: status $(cat "$WORK/top.rc" 2>/dev/null || echo 'none (still running)'), stderr $(head -c 300 "$WORK/top.err" 2>/dev/null)"
+if VMQ_POLL_S=0.3 vmq_eventually 15 "top: the dataplane stopped, it ends by itself, status 3" 3 top_rc; then
+    vmq_expect "top: its error names the agent's socket" "$(head -c 200 "$WORK/top.err")" "~$WORK/api.sock"
 fi
 tm kill-server 2>/dev/null || true
 
 echo
 echo "===== vhostmq e2e-observe ($(vmq_elapsed "$T0") s): Prometheus $(prometheus --version 2>&1 | awk 'NR == 1 { print $3 }'), firing $F; vhostmqctl top in tmux ====="
 echo "work dir: $WORK"
-if vmq_fails_report; then
-    echo "e2e-observe: PASSED"
-else
-    echo "e2e-observe: FAILED"
-    exit 1
-fi
+vmq_verdict e2e-observe

@@ -51,80 +51,36 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 
 ROLE=both QUEUES=4 WORK="" STREAMS=32 ITIME=5 RECONNECT=auto DOWN=2 OFFLOADS=on
-ARGS=("$@")
-while (($#)); do
-    case $1 in
-        --role) ROLE=$2; shift 2 ;;
-        --queues) QUEUES=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        --streams) STREAMS=$2; shift 2 ;;
-        --time) ITIME=$2; shift 2 ;;
-        --reconnect) RECONNECT=$2; shift 2 ;;
-        --down) DOWN=$2; shift 2 ;;
-        --offloads) OFFLOADS=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --role=ROLE --queues=QUEUES --keep=WORK --streams=STREAMS --time=ITIME --reconnect=RECONNECT \
+    --down=DOWN --offloads=OFFLOADS -- "$@"
 [[ $ROLE =~ ^(server|client|both)$ ]] || vmq_die "--role must be server, client or both"
 [[ $QUEUES =~ ^[1-9][0-9]*$ ]] || vmq_die "--queues must be a positive number"
 [[ $RECONNECT =~ ^(auto|yes|no)$ ]] || vmq_die "--reconnect must be auto, yes or no"
 [[ $OFFLOADS =~ ^(on|off|mixed)$ ]] || vmq_die "--offloads must be on, off or mixed"
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-qemu.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-qemu
 vmq_init
 T0=$(vmq_now)
 vmq_build_guest
 
 # ---------------------------------------------------------------- both: one child run per role
 if [[ $ROLE == both ]]; then
-    rcs=()
     RUNS=(server:on client:off server:mixed)
     for run in "${RUNS[@]}"; do
         r=${run%:*} o=${run#*:}
-        rest=()
-        skip=0
-        for a in "${ARGS[@]}"; do # the same options minus --role/--keep/--offloads
-            if ((skip)); then skip=0; continue; fi
-            case $a in --role | --keep | --offloads) skip=1; continue ;; esac
-            rest+=("$a")
-        done
         vmq_log "===== role $r, offloads $o ====="
-        "$BASH" "$HERE/e2e-qemu.sh" "${rest[@]}" --role "$r" --offloads "$o" --keep "$WORK/$r-$o" &
-        pid=$!
-        vmq_track "$pid"
-        rc=0
-        wait "$pid" || rc=$?
-        rcs+=("$rc")
+        vmq_rerun "$WORK/$r-$o" --role "$r" --offloads "$o"
     done
-    echo
-    echo "===== vhostmq e2e-qemu summary ($(vmq_elapsed "$T0") s) ====="
-    {
-        echo "role offloads queues boot_a/b_s ping_rtt_avg_ms fwd_gbit/s rev_gbit/s gso_whole_a/b gso_segmented_b reconnect first_reply_s outage_s result"
-        i=0
-        for run in "${RUNS[@]}"; do
-            r=${run%:*} o=${run#*:}
-            unset role queues boot_s_a boot_s_b rtt_ms gbps_forward gbps_reverse reconnect reconnect_first_ok_s reconnect_outage_s \
-                gso_whole_a gso_whole_b gso_segmented_b
-            # shellcheck disable=SC1090
-            [[ -f $WORK/$r-$o/result.env ]] && source "$WORK/$r-$o/result.env"
-            avg=${rtt_ms:-?/?/?}
-            avg=${avg#*/}
-            avg=${avg%/*}
-            res=PASS
-            [[ ${rcs[i]} == 0 ]] || res="FAIL(rc=${rcs[i]})"
-            echo "$r $o ${queues:-?} ${boot_s_a:-?}/${boot_s_b:-?} ${avg:-?} ${gbps_forward:-?} ${gbps_reverse:-?}" \
-                "${gso_whole_a:-?}/${gso_whole_b:-?} ${gso_segmented_b:-?}" \
-                "${reconnect:--} ${reconnect_first_ok_s:--} ${reconnect_outage_s:--} $res"
-            i=$((i + 1))
-        done
-    } | vmq_table
-    echo "work dir: $WORK"
-    for rc in "${rcs[@]}"; do
-        ((rc == 0)) || { echo "e2e-qemu: FAILED (see the per-role output above)"; exit 1; }
-    done
-    echo "e2e-qemu: PASSED"
-    exit 0
+    # row I: run I's columns, from its result.env
+    # shellcheck disable=SC2317  # called by vmq_rerun_summary
+    row() {
+        local avg=${rtt_ms:-?/?/?}
+        avg=${avg#*/}
+        echo "${RUNS[$1]%:*} ${RUNS[$1]#*:} ${queues:-?} ${boot_s_a:-?}/${boot_s_b:-?} ${avg%/*} ${gbps_forward:-?} ${gbps_reverse:-?}" \
+            "${gso_whole_a:-?}/${gso_whole_b:-?} ${gso_segmented_b:-?} ${reconnect:--} ${reconnect_first_ok_s:--} ${reconnect_outage_s:--}"
+    }
+    vmq_rerun_summary e2e-qemu "role offloads queues boot_a/b_s ping_rtt_avg_ms fwd_gbit/s rev_gbit/s gso_whole_a/b gso_segmented_b reconnect first_reply_s outage_s" row
+    exit 0 # (a failed verdict ends it with status 1: set -e)
 fi
 
 # ---------------------------------------------------------------- one role
@@ -200,9 +156,4 @@ vmq_res wall_s "$(vmq_elapsed "$T0")"
 vmq_tg_summary
 echo
 echo "wall time ${VMQ_RES[wall_s]} s; work dir (logs, config, stats): $WORK"
-if vmq_fails_report; then
-    echo "e2e-qemu role=$ROLE: PASSED"
-else
-    echo "e2e-qemu role=$ROLE: FAILED"
-    exit 1
-fi
+vmq_verdict "e2e-qemu role=$ROLE"

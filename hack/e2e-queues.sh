@@ -31,19 +31,11 @@ source "$HERE/lib.sh"
 VMQ_TAG=e2e-queues
 
 ROLE=client SEQ=1,4,2,4,1,4,2,4,1,4,2,4 WORK=""
-while (($#)); do
-    case $1 in
-        --role) ROLE=$2; shift 2 ;;
-        --sequence) SEQ=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --role=ROLE --sequence=SEQ --keep=WORK -- "$@"
 [[ $ROLE =~ ^(server|client)$ ]] || vmq_die "--role must be server or client"
 [[ $SEQ =~ ^[1-4](,[1-4])*$ ]] || vmq_die "--sequence must be queue counts 1..4, comma-separated"
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-queues.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-queues
 vmq_init
 T0=$(vmq_now)
 vmq_build_guest
@@ -64,8 +56,6 @@ counters() {
     jq -r --arg p "$1" '.ports[] | select(.name == $p) | .queues[] |
         "\(.txPackets + .drops.txDisabled + .drops.noDestination + .drops.mtu + .drops.runt + .drops.badOffload + .drops.spoofed) \(.rxPackets)"' "$VMQ_TG_STATS"
 }
-# gq LINE KEY: the guest's own counter KEY (tx_q0, rx_q3, ...) in a churn line
-gq() { sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$1" | head -n1; }
 # The guest counts a TX frame once the dataplane returned its buffer and an
 # RX frame once it took it from the ring, so on every pair the dataplane's
 # cumulative count is at least the guest's and at most a ring (256 entries,
@@ -95,8 +85,7 @@ for i in "${!STEPS[@]}"; do
     log=$(tr -d '\r' <"$la")
     first=$(grep "^VHOSTMQ-RESULT churn step=$step queues=$k phase=start " <<<"$log" | tail -n1)
     line=$(grep "^VHOSTMQ-RESULT churn step=$step queues=$k phase=done " <<<"$log" | tail -n1)
-    rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line")
-    mbps=$(sed -n 's/.* receiver_mbps=\([0-9.]*\).*/\1/p' <<<"$line")
+    rc=$(vmq_kv "$line" rc) mbps=$(vmq_kv "$line" receiver_mbps)
     gtx="" dtx="" drx="" ok=1
     for ((p = 0; p < 4; p++)); do
         read -r ht hr <<<"${cur[p]:-0 0}"
@@ -112,7 +101,8 @@ for i in "${!STEPS[@]}"; do
             fi
             continue
         fi
-        t1=$(gq "$line" "tx_q$p") r1=$(gq "$line" "rx_q$p") t0=$(gq "$first" "tx_q$p") r0=$(gq "$first" "rx_q$p")
+        # the guest's own counters (ethtool -S) in its churn lines
+        t1=$(vmq_kv "$line" "tx_q$p") r1=$(vmq_kv "$line" "rx_q$p") t0=$(vmq_kv "$first" "tx_q$p") r0=$(vmq_kv "$first" "rx_q$p")
         if [[ -z $t1 || -z $r1 || -z $t0 || -z $r0 ]]; then
             ok=0
             vmq_fail "step $step (combined $k): the guest reported no counters for enabled queue $p (start: ${first:-none}; done: ${line:-none})"
@@ -158,9 +148,4 @@ echo "===== vhostmq e2e-queues ($ROLE role, $(vmq_elapsed "$T0") s) ====="
 printf '%s\n' "${table[@]}" | vmq_table
 echo "stalls $stalls, frames held $held, holds expired $expired, rxNoBuffer drops $nobuf"
 echo "work dir (logs, config, stats): $WORK"
-if vmq_fails_report; then
-    echo "e2e-queues: PASSED"
-else
-    echo "e2e-queues: FAILED"
-    exit 1
-fi
+vmq_verdict e2e-queues

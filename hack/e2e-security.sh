@@ -33,22 +33,13 @@ source "$HERE/lib.sh"
 VMQ_TAG=e2e-security
 
 WORK="" PHASES=on,off
-while (($#)); do
-    case $1 in
-        --keep) WORK=$2; shift 2 ;;
-        --phases) PHASES=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --keep=WORK --phases=PHASES -- "$@"
 [[ $PHASES =~ ^(on|off)(,(on|off))*$ ]] || vmq_die "--phases: '$PHASES' is not a list of on and off"
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-security.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-security
 vmq_init
 vmq_build_guest
-for c in "${VHOSTMQ_QEMU:-qemu-system-x86_64}" jq timeout; do
-    command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
-done
+vmq_need "${VHOSTMQ_QEMU:-qemu-system-x86_64}" jq timeout
 [[ -x $VMQ_DATAPLANE ]] || vmq_die "dataplane binary $VMQ_DATAPLANE not found: run 'make build'"
 
 MAC_M=52:54:00:00:00:0a IP_M=10.0.0.1
@@ -114,7 +105,7 @@ EOF
     seen=$(neigh_lines "$lw" 0 | awk '{ print $2 }' | sort | uniq -c | awk '{ printf "%s%s x%s", sep, $2, $1; sep = ", " }')
     others=$(neigh_lines "$lw" 0 | awk -v v="$MAC_V" '$2 != v && $2 != "none" { n++ } END { print n + 0 }')
     vmq_log "phase $ph: m sent $garp gratuitous ARP claiming $IP_V; its pings answered: own $own/3, from v's IP $victim_ip/3, from v's MAC $victim_mac/3, own again $after/3"
-    [[ $garp == 3 ]] || vmq_fail "phase $ph: m's arping sent '$garp' gratuitous ARP, not 3 (guest log $lm)"
+    vmq_expect "phase $ph: gratuitous ARP m's arping sent (guest log $lm)" "$garp" 3
     vmq_log "phase $ph: w's neighbour entry for $IP_V over the run (its own ip neigh): $seen; watcher at t=$w_t0"
     local pings_w lost_w
     pings_w=$(vmq_count_log "$lw" '^VHOSTMQ-PING ok')
@@ -125,23 +116,22 @@ EOF
     sm=$(spoofed "$stats" m) sv=$(spoofed "$stats" v) sw=$(spoofed "$stats" w)
     vmq_log "phase $ph: dataplane drops.spoofed m=$sm v=$sv w=$sw; w's pings to v: $pings_w answered, $lost_w lost in between"
     # its own: some answered (a busy machine's TCG guest may miss one)
-    [[ $own =~ ^[1-3]$ ]] || vmq_fail "phase $ph: m's pings from its own address: $own of 3 answered"
-    [[ $after =~ ^[1-3]$ ]] || vmq_fail "phase $ph: m's pings from its own address after the attack: $after of 3 answered"
-    [[ $sv == 0 && $sw == 0 ]] || vmq_fail "phase $ph: spoofed drops at v ($sv) or w ($sw), which sent only their own"
+    vmq_expect "phase $ph: m's pings from its own address answered, of 3" "$own" '~^[1-3]$'
+    vmq_expect "phase $ph: m's pings from its own address answered after the attack, of 3" "$after" '~^[1-3]$'
+    vmq_expect "phase $ph: spoofed drops at v/w, which sent only their own" "$sv/$sw" 0/0
     if [[ $ph == on ]]; then
-        [[ $victim_ip == 0 ]] || vmq_fail "phase on: m's pings from v's address $IP_V: $victim_ip of 3 answered"
-        [[ $victim_mac == 0 ]] || vmq_fail "phase on: m's pings from v's MAC: $victim_mac of 3 answered"
-        ((others == 0)) || vmq_fail "phase on: w's neighbour entry for $IP_V named another MAC than v's $others times ($seen)"
-        if ! [[ $sm =~ ^[0-9]+$ ]] || ((sm < 3)); then
-            vmq_fail "phase on: m's spoofed frames not counted (drops.spoofed $sm, at least the 3 gratuitous ARP)"
-        fi
+        vmq_expect "phase on: m's pings from v's address $IP_V answered, of 3" "$victim_ip" 0
+        vmq_expect "phase on: m's pings from v's MAC answered, of 3" "$victim_mac" 0
+        vmq_expect "phase on: times w's neighbour entry for $IP_V named another MAC than v's ($seen)" "$others" 0
+        vmq_expect "phase on: m's frames counted as spoofed (drops.spoofed; at least its 3 gratuitous ARP)" "$sm" '>2'
         # w's lost pings are reported, not judged (a busy machine's TCG
         # guests lose some); the diversion is judged above, by w's own
         # neighbour entry, and the off phase shows what it costs
-        ((pings_w > 10)) || vmq_fail "phase on: w's pings to v: only $pings_w answered"
+        vmq_expect "phase on: w's pings to v answered" "$pings_w" '>10'
     else
-        ((others > 0)) || vmq_fail "phase off: m's gratuitous ARP never reached w (its entry for $IP_V stayed $seen): the opt-out does not let a bridging guest speak"
-        [[ $sm == 0 ]] || vmq_fail "phase off: spoofed drops at m ($sm) with its port security off"
+        # the opt-out lets a bridging guest speak: m's gratuitous ARP reaches w
+        vmq_expect "phase off: times w's neighbour entry for $IP_V named m's MAC ($seen)" "$others" '>0'
+        vmq_expect "phase off: spoofed drops at m, its port security off" "$sm" 0
     fi
     for g in m v w; do vmq_guest_stop "$g"; done
     vmq_backend_stop
@@ -152,4 +142,4 @@ for ph in ${PHASES//,/ }; do
 done
 VMQ_TAG=e2e-security
 vmq_log "work dir: $WORK"
-vmq_fails_report
+vmq_verdict e2e-security

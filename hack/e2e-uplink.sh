@@ -47,25 +47,16 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 
 WORK="" ITIME=5 STREAMS=4 POLLING=interrupt OFFLOADS=on
-while (($#)); do
-    case $1 in
-        --keep) WORK=$2; shift 2 ;;
-        --time) ITIME=$2; shift 2 ;;
-        --streams) STREAMS=$2; shift 2 ;;
-        --polling) POLLING=$2; shift 2 ;;
-        --offloads) OFFLOADS=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --keep=WORK --time=ITIME --streams=STREAMS --polling=POLLING --offloads=OFFLOADS -- "$@"
 vmq_need_root
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-e2e-uplink.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-e2e-uplink
 VMQ_TAG=e2e-uplink
 vmq_init
 T0=$(vmq_now)
 vmq_build_guest
 vmq_log "building the dataplane and vhostmqctl into $WORK/bin"
 (cd "$VMQ_REPO_ROOT" && go build -o "$WORK/bin/" ./cmd/vhostmq-dataplane ./cmd/vhostmqctl) || vmq_die "go build failed"
+VMQ_CTL=$WORK/bin/vhostmqctl
 
 N1=vmqu1-$$ N2=vmqu2-$$
 netns_del() { ip netns del "$N1" 2>/dev/null; ip netns del "$N2" 2>/dev/null; true; }
@@ -104,13 +95,11 @@ EOF
     vmq_wait_path "$dir/api.sock" 20 "$VMQ_BG_PID" || { tail -n 20 "$dir/dataplane.log" >&2; vmq_die "node $name: no API socket"; }
     vmq_log "node $name: dataplane pid $VMQ_BG_PID in netns $ns"
 }
-ctl() { local n=$1; shift; "$WORK/bin/vhostmqctl" --socket "${API[$n]}" "$@"; }
-
 # port NODE NAME VLAN ADDRESS MAC [UPLINK]: a server-role port on network
 # t<VLAN> with the uplink (default tap)
 port() {
     local n=$1 name=$2 vlan=$3 addr=$4 mac=$5 uplink=${6:-tap}
-    ctl "$n" port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" --polling "$POLLING" \
+    VMQ_API=${API[$n]} vmq_ctl port add "$name" --socket "$WORK/$n/s/$name/vhu.sock" --role server --mac "$mac" --polling "$POLLING" \
         --network "t$vlan" --vlan "$vlan" --uplink "$uplink" --dhcp --address "$addr" --gateway 10.10.0.1 --dns 10.10.0.1 >/dev/null ||
         vmq_die "node $n: port add $name failed"
 }
@@ -134,8 +123,8 @@ check_traffic() {
     loss=$(vmq_result "$la" ping loss_pct) rtt=$(vmq_result "$la" ping rtt_avg_ms)
     if [[ $loss == 0 ]]; then vmq_ok "ping $1->$2 $4: 0% loss, rtt avg $rtt ms"; else vmq_fail "ping $1->$2 $4: loss $loss%"; fi
     for dir in forward reverse; do
-        line=$(tr -d '\r' <"$la" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
-        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line") gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        line=$(vmq_iperf_line "$la" "$dir")
+        rc=$(vmq_kv "$line" rc) gbps=$(vmq_kv "$line" gbps)
         if [[ $rc == 0 && -n $gbps ]] && awk -v g="$gbps" 'BEGIN { exit !(g > 0) }'; then
             vmq_ok "iperf3 $1->$2 $dir $4: $gbps Gbit/s ($STREAMS streams, ${ITIME}s, TCG guests)"
         else
@@ -152,6 +141,22 @@ rx_drops() {
     shift
     jq -r --args '[.ports[]? | select(.name as $n | $ARGS.positional | index($n)) | .queues[]?.drops.rxNoBuffer // 0] | add // 0' \
         "$@" <"$WORK/$n/stats.json" 2>/dev/null || echo "?"
+}
+
+# check_uplinks JQ NODE...: each node's uplink counters in its stats file
+# hold for the jq condition JQ
+check_uplinks() {
+    local cond=$1 n up
+    shift
+    sleep 1 # one more stats file
+    for n in "$@"; do
+        up=$(jq -c '.uplink // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
+        if [[ -n $up ]] && jq -e "$cond" <<<"$up" >/dev/null; then
+            vmq_ok "node $n uplink: $up"
+        else
+            vmq_fail "node $n uplink counters: ${up:-none}, want $cond"
+        fi
+    done
 }
 
 # stop_node NAME: SIGTERM, exit status 0 expected
@@ -192,15 +197,7 @@ else
     vmq_fail "guest a did not finish its roles"
 fi
 
-sleep 1 # one more stats file
-for n in n1 n2; do
-    up=$(jq -c '.uplink // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
-    if [[ -n $up ]] && jq -e '.healthy and .txPackets > 0 and .rxPackets > 0' <<<"$up" >/dev/null; then
-        vmq_ok "node $n uplink: $up"
-    else
-        vmq_fail "node $n uplink counters: ${up:-none}"
-    fi
-done
+check_uplinks '.healthy and .txPackets > 0 and .rxPackets > 0' n1 n2
 printf 'tap_drops_a=%s\ntap_drops_b=%s\n' "$(rx_drops n1 a)" "$(rx_drops n2 b)" >>"$WORK/result.env"
 for g in a b c; do vmq_guest_stop "$g"; done
 stop_node n1
@@ -214,23 +211,17 @@ node x1 "$N1" xA
 node x2 "$N2" xB
 port x1 xa 10 10.10.0.2/24 52:54:00:10:00:12 af_xdp
 port x2 xb 10 10.10.0.3/24 52:54:00:10:00:13 af_xdp
+uplink_mode() { jq -r '.uplink.mode // empty' "$WORK/$1/stats.json" 2>/dev/null || true; }
 for n in x1 x2; do
-    mode=""
-    for ((i = 0; i < 50; i++)); do # until the first stats file
-        mode=$(jq -r '.uplink.mode // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
-        [[ -z $mode ]] || break
-        sleep 0.1
-    done
-    if [[ $mode == *"copy-mode sockets (zero-copy refused: "* ]]; then
-        vmq_ok "node $n af_xdp uplink on a veth: zero-copy is unavailable there (the kernel refused it: ${mode#*zero-copy refused: }; running $mode)"
-    else
-        vmq_fail "node $n af_xdp uplink mode: '${mode}', want copy-mode sockets with zero-copy refused (a veth has no zero-copy)"
+    # a veth has no zero-copy: the kernel refuses it, the uplink says why
+    if vmq_eventually 5 "node $n af_xdp uplink on a veth: copy-mode sockets, zero-copy refused" \
+        '~copy-mode sockets \(zero-copy refused: ' uplink_mode "$n"; then
+        vmq_log "node $n af_xdp uplink mode: $VMQ_SEEN"
     fi
 done
-XCOMMON=("vmq.ip=dhcp" "vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200" "vmq.offloads=$OFFLOADS")
-vmq_guest_start xb "$WORK/x2/s/xb/vhu.sock" connect 52:54:00:10:00:13 1 240 "$WORK" vmq.role=server "${XCOMMON[@]}"
+vmq_guest_start xb "$WORK/x2/s/xb/vhu.sock" connect 52:54:00:10:00:13 1 240 "$WORK" vmq.role=server "${COMMON[@]}"
 vmq_guest_start xa "$WORK/x1/s/xa/vhu.sock" connect 52:54:00:10:00:12 1 240 "$WORK" \
-    vmq.role=client vmq.peer=10.10.0.3 "${XCOMMON[@]}"
+    vmq.role=client vmq.peer=10.10.0.3 "${COMMON[@]}"
 for g in xb xa; do
     vmq_guest_wait "$g" 'VHOSTMQ-RESULT dhcp' 150 || vmq_fail "guest $g: no DHCP result"
 done
@@ -241,15 +232,7 @@ if vmq_guest_wait xa 'VHOSTMQ-RESULT role-done role=client' 180; then
 else
     vmq_fail "guest xa did not finish its roles"
 fi
-sleep 1 # one more stats file
-for n in x1 x2; do
-    up=$(jq -c '.uplink // empty' "$WORK/$n/stats.json" 2>/dev/null || true)
-    if [[ -n $up ]] && jq -e '.healthy and .kind == "af_xdp" and .txPackets > 0 and .rxPackets > 0' <<<"$up" >/dev/null; then
-        vmq_ok "node $n uplink: $up"
-    else
-        vmq_fail "node $n uplink counters: ${up:-none}"
-    fi
-done
+check_uplinks '.healthy and .kind == "af_xdp" and .txPackets > 0 and .rxPackets > 0' x1 x2
 printf 'xdp_drops_a=%s\nxdp_drops_b=%s\n' "$(rx_drops x1 xa)" "$(rx_drops x2 xb)" >>"$WORK/result.env"
 for g in xa xb; do vmq_guest_stop "$g"; done
 stop_node x1
@@ -260,17 +243,9 @@ stop_node x2
 kguest() {
     local name=$1 ns=$2 mac=$3 ip=$4 tapname=kt$1$$
     shift 4
-    vmq_guest_env
-    VMQ_GUEST_LOG[$name]=$WORK/guest-$name.log
-    : >"${VMQ_GUEST_LOG[$name]}"
-    # shellcheck disable=SC2054  # commas are QEMU option syntax
-    vmq_bg "$WORK/guest-$name.qemu.log" 240 ip netns exec "$ns" qemu-system-x86_64 -accel tcg -machine q35 -m 512 -smp 1 \
-        -nodefaults -display none -monitor none -no-reboot \
-        -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD" \
-        -append "console=ttyS0 panic=-1 loglevel=4 vmq.name=$name vmq.ip=$ip $*" \
+    VMQ_GUEST_WRAP="ip netns exec $ns" vmq_guest_boot "$name" "$WORK" 240 \
         -netdev "tap,id=net0,ifname=${tapname:0:15},script=no,downscript=no,vhost=off" \
-        -device "virtio-net-pci,netdev=net0,mac=$mac" -serial "file:${VMQ_GUEST_LOG[$name]}"
-    VMQ_GUEST_PID[$name]=$VMQ_BG_PID
+        -device "virtio-net-pci,netdev=net0,mac=$mac" -- "vmq.ip=$ip" "$@"
     local i
     for ((i = 0; i < 100; i++)); do
         ip -n "$ns" link set "${tapname:0:15}" master br0 up 2>/dev/null && return 0
@@ -284,10 +259,14 @@ kguest kc "$N2" 52:54:00:30:00:04 10.30.0.4/24 vmq.role=server "${KCOMMON[@]}"
 kguest ka "$N1" 52:54:00:30:00:02 10.30.0.2/24 vmq.role=client vmq.peer=10.30.0.3 "${KCOMMON[@]}"
 if vmq_guest_wait ka 'VHOSTMQ-RESULT role-done role=client' 180; then
     for dir in forward reverse; do
-        line=$(tr -d '\r' <"${VMQ_GUEST_LOG[ka]}" | awk -v d="dir=$dir" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d' | tail -n 1)
-        g=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        line=$(vmq_iperf_line "${VMQ_GUEST_LOG[ka]}" "$dir")
+        g=$(vmq_kv "$line" gbps)
         printf 'kernel_%s_gbps=%s\n' "$dir" "${g:-}" >>"$WORK/result.env"
-        if [[ -n $g ]] && awk -v g="$g" 'BEGIN { exit !(g > 0) }'; then :; else vmq_fail "kernel path iperf3 $dir: $line"; fi
+        if [[ -n $g ]] && awk -v g="$g" 'BEGIN { exit !(g > 0) }'; then
+            vmq_ok "kernel path iperf3 $dir: $g Gbit/s"
+        else
+            vmq_fail "kernel path iperf3 $dir: ${line:-no result line}"
+        fi
     done
 else
     vmq_fail "kernel path: guest ka did not finish"
@@ -306,9 +285,4 @@ echo "rx-drops: frames the client/server guest lost for want of RX buffers, rxNo
 } | vmq_table
 echo
 echo "wall time $(vmq_elapsed "$T0") s; work dir: $WORK"
-if vmq_fails_report; then
-    echo "e2e-uplink: PASSED"
-else
-    echo "e2e-uplink: FAILED"
-    exit 1
-fi
+vmq_verdict e2e-uplink

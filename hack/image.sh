@@ -16,40 +16,24 @@
 #            localhost/vhostmq/kubevirt-binding:podman)
 # Podman runs with the OCI runtime, cgroup manager and events log pinned
 # (vmq_podman in lib.sh), and says which it used.
-# Prints "N passed, N failed"; exit status 1 if any check failed.
+# Logs each check, prints the failures and "N passed, N failed"; exit
+# status 1 if any check failed.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 VMQ_TAG=image
 KEEP=0
-case ${1:-} in
-    --keep) KEEP=1 ;;
-    "") ;;
-    -h | --help) vmq_usage "$0"; exit 0 ;;
-    *) vmq_die "unknown argument $1 (see --help)" ;;
-esac
+vmq_args --keep:KEEP=1 -- "$@"
 vmq_need_root
 command -v podman >/dev/null || vmq_die "podman is missing (hack/install-deps.sh installs it)"
 command -v "$VMQ_OCI_RUNTIME" >/dev/null || vmq_die "OCI runtime $VMQ_OCI_RUNTIME is missing (hack/install-deps.sh installs runc; VHOSTMQ_OCI_RUNTIME picks another)"
 cd "$VMQ_REPO_ROOT"
 
 vmq_log "podman $(podman version --format '{{.Client.Version}}'), OCI runtime $VMQ_OCI_RUNTIME ($("$VMQ_OCI_RUNTIME" --version | head -n1)), storage $(vmq_podman info --format '{{.Store.GraphDriverName}}'), cgroups $(vmq_podman info --format '{{.Host.CgroupsVersion}}') via cgroupfs; podman's own default would be $(podman info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null || echo '?')"
-GO_VERSION=$(go env GOVERSION)
-# the host's caches, lent at the same paths: with -trimpath a module
-# package's cache key holds its directory, so same paths mean cache hits
-MODCACHE=$(go env GOMODCACHE)
-BUILDCACHE=$(go env GOCACHE)
-BASE=docker.io/library/golang:1.26
 MAIN=localhost/vhostmq:podman
 SIDECAR=localhost/vhostmq/kubevirt-binding:podman
 work=$(mktemp -d /tmp/vhostmq-image.XXXXXX)
-passed=0 failed=0
-check() { # check WHAT CMD...
-    local what=$1
-    shift
-    if "$@"; then echo "ok   $what"; passed=$((passed + 1)); else echo "FAIL $what"; failed=$((failed + 1)); fi
-}
 cleanup() {
     local rc=$?
     set +e
@@ -61,31 +45,18 @@ cleanup() {
 trap cleanup EXIT
 
 # --------------------------------------------------------------- the base
-[[ $GO_VERSION == go1.26* ]] || vmq_die "the Dockerfile builds with golang:1.26; this machine has $GO_VERSION"
-root=$work/base
-mkdir -p "$root/bin" "$root/usr/local" "$root/etc/ssl/certs" "$root/tmp" "$root/go" "$root/root"
-chmod 1777 "$root/tmp"
-cp /bin/busybox "$root/bin/busybox"
-for a in sh mkdir rm cp ls cat env; do ln -s busybox "$root/bin/$a"; done
-cp -a "$(go env GOROOT)" "$root/usr/local/go"
-cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
-tar -C "$root" -c . | vmq_podman import \
-    --change 'ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin' \
-    --change 'ENV GOPATH=/go' --change 'ENV GOTOOLCHAIN=local' --change 'ENV HOME=/root' \
-    --change "ENV GOMODCACHE=$MODCACHE" --change "ENV GOCACHE=$BUILDCACHE" --change 'WORKDIR /go' \
-    - "$BASE" >/dev/null
-vmq_log "base $BASE: busybox + $GO_VERSION ($(vmq_podman image inspect "$BASE" --format '{{.Size}}' | numfmt --to=iec))"
+vmq_golang_base "$work/base"
+vmq_log "base $VMQ_GOLANG_BASE: busybox + $(go env GOVERSION) ($(vmq_podman image inspect "$VMQ_GOLANG_BASE" --format '{{.Size}}' | numfmt --to=iec))"
 
 # --------------------------------------------------------------- podman build
-lend=(-v "$MODCACHE:$MODCACHE" -v "$BUILDCACHE:$BUILDCACHE")
 build() { # LOG podman-build-args...: the build's output to LOG, its tail on failure
     local log=$1
     shift
-    vmq_podman build --pull=never --network host "${lend[@]}" "$@" . >"$log" 2>&1 || { tail -n 20 "$log"; return 1; }
+    vmq_podman build --pull=never --network host "${VMQ_GOLANG_LEND[@]}" "$@" . >"$log" 2>&1 || { tail -n 20 "$log"; return 1; }
 }
 t0=$(vmq_now)
-check "podman build . -> $MAIN" build "$work/build-main.log" -t "$MAIN"
-check "podman build --target kubevirt-binding . -> $SIDECAR" build "$work/build-sidecar.log" --target kubevirt-binding -t "$SIDECAR"
+vmq_check "podman build . -> $MAIN" build "$work/build-main.log" -t "$MAIN"
+vmq_check "podman build --target kubevirt-binding . -> $SIDECAR" build "$work/build-sidecar.log" --target kubevirt-binding -t "$SIDECAR"
 vmq_log "both images built in $(vmq_elapsed "$t0") s"
 
 # --------------------------------------------------------------- same content
@@ -113,15 +84,17 @@ same_bins() { # DIR: every binary in DIR/usr/local/bin equals the host's build, 
 }
 nbin=$(find "$work/main/usr/local/bin" -type f | wc -l)
 ncmd=$(find cmd -mindepth 1 -maxdepth 1 -type d | wc -l)
-check "$MAIN holds one binary per cmd/ ($nbin of $ncmd)" test "$nbin" = "$ncmd"
-check "$MAIN's binaries are byte for byte the offline build's" same_bins "$work/main"
-check "$SIDECAR holds only vhostmq-kubevirt-binding, the same bytes" \
-    test "$(find "$work/sidecar/usr/local/bin" -type f -printf '%f\n')" = vhostmq-kubevirt-binding -a -z "$(same_bins "$work/sidecar")"
+vmq_expect "$MAIN's binaries, one per cmd/ ($ncmd)" "$nbin" "$ncmd"
+vmq_check "$MAIN's binaries are byte for byte the offline build's" same_bins "$work/main"
+sidecar_bins=$(find "$work/sidecar/usr/local/bin" -type f -printf '%f\n' | paste -sd' ')
+sidecar_diff=$(same_bins "$work/sidecar" | paste -sd' ' || true)
+vmq_expect "$SIDECAR's binaries, byte for byte the offline build's" "$sidecar_bins${sidecar_diff:+;$sidecar_diff}" vhostmq-kubevirt-binding
 ep() { vmq_podman image inspect "$1" --format '{{json .Config.Entrypoint}} {{.Config.User}}'; }
-check "entrypoints: $MAIN $(ep "$MAIN"), $SIDECAR $(ep "$SIDECAR")" \
-    test "$(ep "$MAIN")/$(ep "$SIDECAR")" = '["/usr/local/bin/vhostmq-dataplane"] /["/usr/local/bin/vhostmq-kubevirt-binding"] 107:107'
+vmq_expect "entrypoints and users: $MAIN / $SIDECAR" "$(ep "$MAIN")/$(ep "$SIDECAR")" \
+    '["/usr/local/bin/vhostmq-dataplane"] /["/usr/local/bin/vhostmq-kubevirt-binding"] 107:107'
+dynamic=""
 for b in "$work"/main/usr/local/bin/*; do
-    readelf -lW "$b" 2>/dev/null | grep -q 'program interpreter' && { echo "    ${b##*/} is dynamically linked"; failed=$((failed + 1)); }
+    readelf -lW "$b" 2>/dev/null | grep -q 'program interpreter' && dynamic+=" ${b##*/}"
 done
-echo "$passed passed, $failed failed"
-((failed == 0))
+vmq_expect "$MAIN's dynamically linked binaries" "${dynamic# }" ""
+vmq_fails_report

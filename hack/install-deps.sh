@@ -32,19 +32,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 VMQ_TAG=install-deps
 
-KDIR=$VMQ_KERNEL_DIR WANT_KERNEL=1 REFRESH=0 HUGE=0 SHELLCHECK=0 DOCTOR_ARGS=()
-while (($#)); do
-    case $1 in
-        --kernel-dir) KDIR=$2; shift 2 ;;
-        --no-kernel) WANT_KERNEL=0; shift ;;
-        --refresh-kernel) REFRESH=1; shift ;;
-        --hugepages) HUGE=$2; shift 2 ;;
-        --with-shellcheck) SHELLCHECK=1; shift ;;
-        --no-image-builds) DOCTOR_ARGS=(--no-podman); shift ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+KDIR=$VMQ_KERNEL_DIR WANT_KERNEL=1 REFRESH=0 HUGE=0 SHELLCHECK=0 NO_IMAGES=0 DOCTOR_ARGS=()
+vmq_args --kernel-dir=KDIR --no-kernel:WANT_KERNEL=0 --refresh-kernel:REFRESH=1 --hugepages=HUGE \
+    --with-shellcheck:SHELLCHECK=1 --no-image-builds:NO_IMAGES=1 -- "$@"
+((!NO_IMAGES)) || DOCTOR_ARGS=(--no-podman)
 vmq_need_root
 [[ $(dpkg --print-architecture) == amd64 ]] || vmq_die "only amd64 is supported (QEMU x86_64 guests)"
 export DEBIAN_FRONTEND=noninteractive
@@ -52,8 +43,10 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(busybox-static iperf3 ethtool cpio kmod python3 jq xz-utils gzip
     procps coreutils dpdk-dev librte-net-vhost23 librte-net-virtio23 protobuf-compiler make
     libvirt-clients libxml2-utils containernetworking-plugins podman runc curl
-    valgrind prometheus bash-completion fish zsh stress-ng) # valgrind: callgrind instructions per frame (hack/bench/instructions.sh); prometheus: promtool (hack/test-alerts.sh); shells: vhostmqctl's completion (hack/e2e-observe.sh); stress-ng: the loads of hack/bench/handoff.sh
+    valgrind prometheus bash-completion fish zsh stress-ng nodejs) # nodejs: the docs' mermaid diagrams parsed (hack/docscheck/mermaid.sh); valgrind: callgrind instructions per frame (hack/bench/instructions.sh); prometheus: promtool (hack/test-alerts.sh); shells: vhostmqctl's completion (hack/e2e-observe.sh); stress-ng: the loads of hack/bench/handoff.sh
 ((SHELLCHECK)) && PKGS+=(shellcheck)
+# Debian's nodejs comes without npm (NodeSource's has it built in)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 
 T0=$(vmq_now)
 UPDATED=0

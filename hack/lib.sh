@@ -54,16 +54,222 @@ vmq_usage() { # print the leading comment block of a script as its help text
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"
 }
 
-# Soft assertions: vmq_fail records a failure and goes on; vmq_fails_report
-# prints them and returns non-zero if there was any.
+# ------------------------------------------------------------------ assertions
+# The one idiom of the hack/ scripts.  Assertions are soft: vmq_ok and
+# vmq_fail record a result and the script goes on, so that one run reports
+# every failure.  vmq_expect compares a value and names it either way,
+# vmq_check asserts a command, vmq_eventually polls an observer and, when it
+# times out, says the value it saw last (not only what it wanted).
+# vmq_fails_report (or vmq_verdict) ends the run: the failures, then
+# "N passed, N failed"; its status says whether all held.
+VMQ_PASSES=0
+VMQ_REPORTED=0
 vmq_fail() { VMQ_FAILS+=("$*"); vmq_log "ASSERTION FAILED: $*"; }
-vmq_ok() { vmq_log "ok: $*"; }
+vmq_ok() { VMQ_PASSES=$((VMQ_PASSES + 1)); vmq_log "ok: $*"; }
+# vmq_check WHAT CMD...: ok when CMD succeeds (what CMD prints, e.g. a diff,
+# shows why not).  Returns 0 either way, like vmq_fail.
+vmq_check() {
+    local what=$1
+    shift
+    if "$@"; then vmq_ok "$what"; else vmq_fail "$what"; fi
+}
+# vmq_want VALUE WANT: whether VALUE is WANT; WANT "~ERE" matches an extended
+# regular expression, ">N" a number above N
+vmq_want() {
+    case $2 in
+        '~'*) [[ $1 =~ ${2#'~'} ]] ;;
+        '>'*) [[ $1 =~ ^-?[0-9]+$ ]] && (($1 > ${2#'>'})) ;;
+        *) [[ $1 == "$2" ]] ;;
+    esac
+}
+# vmq_expect WHAT VALUE WANT: ok when VALUE is WANT (see vmq_want); either
+# way the message says the value.  Returns 0, like vmq_fail.
+vmq_expect() {
+    if vmq_want "$2" "$3"; then vmq_ok "$1: ${2:-(none)}"; else vmq_fail "$1: got '$2', want '$3'"; fi
+}
+# vmq_poll SECONDS INTERVAL CMD...: until CMD succeeds; 1 when SECONDS pass
+vmq_poll() {
+    local end=$(($(date +%s%N) / 1000000 + $1 * 1000)) iv=$2
+    shift 2
+    until "$@"; do
+        (($(date +%s%N) / 1000000 < end)) || return 1
+        sleep "$iv"
+    done
+}
+# vmq_observe WANT CMD...: VMQ_SEEN=CMD's output; whether it is WANT
+vmq_observe() {
+    local want=$1
+    shift
+    VMQ_SEEN=$("$@") || true
+    vmq_want "$VMQ_SEEN" "$want"
+}
+# vmq_eventually SECONDS WHAT WANT OBSERVER...: poll OBSERVER, a command that
+# prints one small value, every VMQ_POLL_S (default 0.2) seconds until it
+# prints WANT (see vmq_want): ok; else a failure with the last value seen.
+# VMQ_SEEN holds that value.  Returns whether it held: a caller that goes on
+# either way calls it in a condition or with `|| true`.
+vmq_eventually() {
+    local secs=$1 what=$2 want=$3 t0 seen
+    shift 3
+    t0=$(vmq_now)
+    if vmq_poll "$secs" "${VMQ_POLL_S:-0.2}" vmq_observe "$want" "$@"; then
+        vmq_ok "$what (after $(vmq_elapsed "$t0") s)"
+        return 0
+    fi
+    seen=${VMQ_SEEN//$'\n'/ | }
+    ((${#seen} <= 400)) || seen="${seen:0:400}..."
+    vmq_fail "$what: saw '$seen' last, want '$want' (polled $secs s)"
+    return 1
+}
+# vmq_fails_report: the failures and the counts (stdout); 1 if any failed.
+# A child of vmq_rerun records the counts in its result.env too, as
+# vmq_passed and vmq_failed, for its parent (vmq_rerun_verdict).
 vmq_fails_report() {
     local f
-    ((${#VMQ_FAILS[@]} == 0)) && return 0
-    echo "FAILED assertions (${#VMQ_FAILS[@]}):"
-    for f in "${VMQ_FAILS[@]}"; do echo "  - $f"; done
-    return 1
+    VMQ_REPORTED=1
+    if [[ -n ${VMQ_RERUN_CHILD:-} && -n ${VMQ_TG_WORK:-} ]]; then
+        vmq_res vmq_passed "$VMQ_PASSES"
+        vmq_res vmq_failed "${#VMQ_FAILS[@]}"
+    fi
+    if ((${#VMQ_FAILS[@]})); then
+        echo "FAILED assertions (${#VMQ_FAILS[@]}):"
+        for f in "${VMQ_FAILS[@]}"; do echo "  - $f"; done
+    fi
+    echo "$VMQ_PASSES passed, ${#VMQ_FAILS[@]} failed"
+    ((${#VMQ_FAILS[@]} == 0))
+}
+# vmq_verdict NAME: the report, then "NAME: PASSED", or "NAME: FAILED" and status 1
+vmq_verdict() {
+    if vmq_fails_report; then echo "$1: PASSED"; else echo "$1: FAILED"; return 1; fi
+}
+
+# ------------------------------------------------------------------ arguments
+# vmq_args SPEC... -- "$@": the script's options into globals.  SPEC words:
+#   --name=VAR       takes a value: VAR=value
+#   --name+=VAR      takes a value, appended: VAR+=" value"
+#   --name:VAR=VAL   a switch: VAR=VAL
+# -h/--help prints the script's usage (vmq_usage); anything else dies.  The
+# arguments as given stay in VMQ_ARGS (vmq_rerun passes them on); those
+# after a second -- (a program's own, e.g. Ginkgo's) in VMQ_REST.
+vmq_args() {
+    local -A _vmq_val=() _vmq_app=() _vmq_sw=()
+    local _vmq_s
+    while (($#)) && [[ $1 != -- ]]; do
+        _vmq_s=$1
+        case $_vmq_s in
+            *+=*) _vmq_app[${_vmq_s%%+=*}]=${_vmq_s#*+=} ;;
+            *:*) _vmq_sw[${_vmq_s%%:*}]=${_vmq_s#*:} ;;
+            *=*) _vmq_val[${_vmq_s%%=*}]=${_vmq_s#*=} ;;
+            *) vmq_die "vmq_args: bad spec '$_vmq_s'" ;;
+        esac
+        shift
+    done
+    shift # --
+    VMQ_ARGS=("$@")
+    VMQ_REST=()
+    while (($#)); do
+        if [[ $1 == -- ]]; then
+            shift
+            VMQ_REST=("$@") # for the program the script runs
+            break
+        fi
+        [[ -n $1 ]] || vmq_die "an empty argument (see --help)"
+        if [[ -n ${_vmq_sw[$1]:-} ]]; then
+            printf -v "${_vmq_sw[$1]%%=*}" '%s' "${_vmq_sw[$1]#*=}"
+            shift
+            continue
+        fi
+        if [[ -n ${_vmq_val[$1]:-} || -n ${_vmq_app[$1]:-} ]]; then
+            (($# >= 2)) || vmq_die "$1 needs a value (see --help)"
+            if [[ -n ${_vmq_val[$1]:-} ]]; then
+                printf -v "${_vmq_val[$1]}" '%s' "$2"
+            else
+                printf -v "${_vmq_app[$1]}" '%s %s' "${!_vmq_app[$1]}" "$2"
+            fi
+            shift 2
+            continue
+        fi
+        case $1 in
+            -h | --help) vmq_usage "$0"; exit 0 ;;
+            *) vmq_die "unknown argument: $1 (see --help)" ;;
+        esac
+    done
+}
+
+# vmq_workdir PREFIX: WORK made (a new /tmp/PREFIX.XXXXXX) or, when --keep
+# gave one, created and made absolute
+vmq_workdir() {
+    if [[ -z ${WORK:-} ]]; then WORK=$(mktemp -d "/tmp/$1.XXXXXX"); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+}
+
+# vmq_rerun DIR ARGS...: this script again as a child, with the arguments it
+# was given (VMQ_ARGS) but the options in ARGS (each with a value) replacing
+# theirs, and --keep DIR; for --role both.  Its exit status and DIR go to
+# VMQ_RERUN_RCS and VMQ_RERUN_DIRS; its counts to DIR/result.env.
+VMQ_RERUN_RCS=()
+VMQ_RERUN_DIRS=()
+vmq_rerun() {
+    local dir=$1 a skip=0 drop=" --keep " rest=() pid rc=0
+    shift
+    for a in "$@"; do [[ $a != --* ]] || drop+="$a "; done
+    for a in "${VMQ_ARGS[@]}"; do
+        if ((skip)); then skip=0; continue; fi
+        if [[ $drop == *" $a "* ]]; then skip=1; continue; fi
+        rest+=("$a")
+    done
+    VMQ_RERUN_CHILD=1 "$BASH" "$0" "${rest[@]}" "$@" --keep "$dir" &
+    pid=$!
+    vmq_track "$pid"
+    wait "$pid" || rc=$?
+    VMQ_RERUN_RCS+=("$rc")
+    VMQ_RERUN_DIRS+=("$dir")
+}
+# vmq_rerun_result I: the I-th child's "PASS" or "FAIL(rc=N)" and its checks, "passed/failed"
+vmq_rerun_result() {
+    local rc=${VMQ_RERUN_RCS[$1]} res=PASS
+    ((rc == 0)) || res="FAIL(rc=$rc)"
+    # shellcheck disable=SC1091
+    echo "$res $(source "${VMQ_RERUN_DIRS[$1]}/result.env" 2>/dev/null; echo "${vmq_passed:-?}/${vmq_failed:-?}")"
+}
+# vmq_rerun_rows ROW: a table row per child run: what the function ROW I
+# prints from the variables of the run's result.env (sourced in a subshell
+# of its own), then the run's result (vmq_rerun_result)
+vmq_rerun_rows() {
+    local i
+    for i in "${!VMQ_RERUN_DIRS[@]}"; do
+        (
+            # shellcheck disable=SC1091
+            [[ ! -f ${VMQ_RERUN_DIRS[i]}/result.env ]] || source "${VMQ_RERUN_DIRS[i]}/result.env"
+            echo "$("$1" "$i") $(vmq_rerun_result "$i")"
+        )
+    done
+}
+# vmq_rerun_summary NAME HEADER ROW: the child runs' table (HEADER, then
+# vmq_rerun_rows ROW), the work dir and vmq_rerun_verdict NAME
+vmq_rerun_summary() {
+    echo
+    echo "===== vhostmq $1 summary ($(vmq_elapsed "$T0") s) ====="
+    {
+        echo "$2 result checks(passed/failed)"
+        vmq_rerun_rows "$3"
+    } | vmq_table
+    echo "work dir: $WORK"
+    vmq_rerun_verdict "$1"
+}
+# vmq_rerun_verdict NAME: the children's counts summed, then "NAME: PASSED",
+# or "NAME: FAILED" and status 1 when a child failed
+vmq_rerun_verdict() {
+    local i c p=0 f=0 bad=0
+    for i in "${!VMQ_RERUN_RCS[@]}"; do
+        ((VMQ_RERUN_RCS[i] == 0)) || bad=1
+        c=$(vmq_rerun_result "$i")
+        c=${c#* }
+        [[ $c == [0-9]*/[0-9]* ]] || { bad=1; continue; }
+        p=$((p + ${c%/*})) f=$((f + ${c#*/}))
+    done
+    echo "$p passed, $f failed (the runs together)"
+    if ((bad)); then echo "$1: FAILED (see the per-run output above)"; return 1; fi
+    echo "$1: PASSED"
 }
 
 # ------------------------------------------------------------------ processes
@@ -149,6 +355,11 @@ vmq_init() {
 }
 
 vmq_need_root() { [[ $(id -u) == 0 ]] || vmq_die "must run as root"; }
+# vmq_need CMD...: dies naming the first CMD not on PATH
+vmq_need() {
+    local c
+    for c in "$@"; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+}
 
 # ------------------------------------------------------------------ waiting
 # vmq_wait_path PATH SECONDS [PID]: 0 when PATH exists, 1 on timeout, 2 if PID died
@@ -201,6 +412,12 @@ vmq_spoof() {
         $1 == "VHOSTMQ-RESULT" && $2 == "spoof" && $3 == s { for (i = 4; i <= NF; i++) if (index($i, k) == 1) v = substr($i, length(k) + 1) }
         END { print v }'
 }
+# vmq_kv LINE KEY: the value of " KEY=value" in LINE (its last such word)
+vmq_kv() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1" | head -n1; }
+# vmq_iperf_line LOG DIR: the guest's last "iperf dir=DIR" result line (forward, reverse)
+vmq_iperf_line() {
+    tr -d '\r' <"$1" 2>/dev/null | awk -v d="dir=$2" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == d { l = $0 } END { print l }'
+}
 # vmq_result_line LOG KIND: the last KIND line without its prefix
 vmq_result_line() {
     tr -d '\r' <"$1" 2>/dev/null | awk -v kind="$2" '$1 == "VHOSTMQ-RESULT" && $2 == kind { $1 = ""; l = $0 } END { sub(/^ /, "", l); print l }'
@@ -216,6 +433,34 @@ vmq_result_line() {
 # VHOSTMQ_OCI_RUNTIME overrides the runtime (e.g. crun on a cgroup v2 host).
 VMQ_OCI_RUNTIME=${VHOSTMQ_OCI_RUNTIME:-runc}
 vmq_podman() { podman --runtime "$VMQ_OCI_RUNTIME" --cgroup-manager cgroupfs --events-backend file "$@"; }
+
+# vmq_golang_base WORKDIR: the Dockerfile's build base (FROM golang:1.26)
+# made locally in podman's storage as $VMQ_GOLANG_BASE, since no registry
+# is reachable here: busybox-static for RUN's /bin/sh, this machine's Go
+# toolchain and CA certificates.  A build lends the host's module and build
+# caches with "${VMQ_GOLANG_LEND[@]}" (podman build -v, at the same paths:
+# with -trimpath a module package's cache key holds its directory, so a
+# warm machine compiles nothing twice and downloads nothing).
+VMQ_GOLANG_BASE=docker.io/library/golang:1.26
+VMQ_GOLANG_LEND=()
+vmq_golang_base() {
+    local root=$1 a modcache buildcache
+    [[ $(go env GOVERSION) == go1.26* ]] || vmq_die "the Dockerfile builds with golang:1.26; this machine has $(go env GOVERSION)"
+    modcache=$(go env GOMODCACHE) buildcache=$(go env GOCACHE)
+    VMQ_GOLANG_LEND=(-v "$modcache:$modcache" -v "$buildcache:$buildcache")
+    mkdir -p "$root/bin" "$root/usr/local" "$root/etc/ssl/certs" "$root/tmp" "$root/go" "$root/root"
+    chmod 1777 "$root/tmp"
+    cp /bin/busybox "$root/bin/busybox"
+    for a in sh mkdir rm cp ls cat env; do ln -sf busybox "$root/bin/$a"; done
+    cp -a "$(go env GOROOT)" "$root/usr/local/go"
+    cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+    tar -C "$root" -c . | vmq_podman import \
+        --change 'ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin' \
+        --change 'ENV GOPATH=/go' --change 'ENV GOTOOLCHAIN=local' --change 'ENV HOME=/root' \
+        --change "ENV GOMODCACHE=$modcache" --change "ENV GOCACHE=$buildcache" --change 'WORKDIR /go' \
+        - "$VMQ_GOLANG_BASE" >/dev/null
+    rm -rf "$root"
+}
 
 # ------------------------------------------------------------------ hugepages / DPDK
 # vmq_free_hugepages: free 2 MiB pages when hugetlbfs is mounted, else 0
@@ -290,10 +535,12 @@ vmq_default_cpus() { if (($(nproc) >= 2)); then echo 1; else echo 0; fi; }
 
 # vmq_write_config FILE STATSFILE: dataplane YAML from the port table
 # (VMQ_PORT_SECURITY=false: every port's portSecurity off, for frontends
-# that send from addresses not their port's, like DPDK's flowgen)
+# that send from addresses not their port's, like DPDK's flowgen); its API
+# socket, FILE's folder/api.sock, becomes VMQ_API
 vmq_write_config() {
     local f=$1 stats=$2 i dir
     dir=$(dirname "$f")
+    VMQ_API=$dir/api.sock
     {
         echo "# generated by hack/ ($(basename "$0")) at $(date -u +%FT%TZ)"
         echo "cpus: [${VHOSTMQ_DP_CPUS:-$(vmq_default_cpus)}]"
@@ -314,6 +561,12 @@ vmq_write_config() {
         done
     } >"$f"
 }
+
+# vmq_ctl ARGS...: vhostmqctl (VMQ_CTL; VHOSTMQ_CTL, default bin/) against
+# the agent API socket VMQ_API, each request bounded (10 s, the whole call 30 s)
+VMQ_CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
+VMQ_API=""
+vmq_ctl() { timeout 30 "$VMQ_CTL" --socket "$VMQ_API" --timeout 10s "$@"; }
 
 # ------------------------------------------------------------------ backend (dataplane or testpmd)
 # vmq_backend_start WORKDIR CONFIG STATSFILE SECONDS
@@ -508,9 +761,8 @@ vmq_guest_queue_check() {
         echo "fail: guest $g reported no per-queue counters before and after its traffic"
         return
     fi
-    gv() { sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$1" | head -n1; }
     for ((p = 0; p < n; p++)); do
-        t0=$(gv "$first" "tx_q$p") t1=$(gv "$last" "tx_q$p") r0=$(gv "$first" "rx_q$p") r1=$(gv "$last" "rx_q$p")
+        t0=$(vmq_kv "$first" "tx_q$p") t1=$(vmq_kv "$last" "tx_q$p") r0=$(vmq_kv "$first" "rx_q$p") r1=$(vmq_kv "$last" "rx_q$p")
         dt=$(jq -r --arg g "$g" --argjson i "$p" '[.ports[] | select(.name == $g) | .queues[] | select(.pair == $i) | .txPackets] | first // 0' "$f" 2>/dev/null || echo 0)
         dr=$(jq -r --arg g "$g" --argjson i "$p" '[.ports[] | select(.name == $g) | .queues[] | select(.pair == $i) | .rxPackets] | first // 0' "$f" 2>/dev/null || echo 0)
         t1=$((${t1:-0} - ${t0:-0})) r1=$((${r1:-0} - ${r0:-0}))
@@ -524,38 +776,25 @@ vmq_guest_queue_check() {
     if [[ -n $why ]]; then echo "fail: $why ($table)"; else echo "ok: $table"; fi
 }
 
-# vmq_stats_wait_busy FILE N SECONDS PORT...: wait until every pair 0..N-1 of
-# every PORT has rx>0 and tx>0.  Returns 1 on timeout (VMQ_IDLE describes why).
-vmq_stats_wait_busy() {
-    local f=$1 n=$2 end p idle
-    end=$(($(date +%s) + $3))
-    shift 3
-    while :; do
-        VMQ_IDLE=""
-        for p in "$@"; do
-            if [[ ! -s $f ]]; then idle="no stats file"; else idle=$(vmq_stats_idle_queues "$f" "$p" "$n"); fi
-            [[ -n $idle ]] && VMQ_IDLE+="port $p: $idle; "
-        done
-        [[ -z $VMQ_IDLE ]] && return 0
-        (($(date +%s) >= end)) && return 1
-        sleep 0.5
+# vmq_stats_idle FILE N PORT...: observer for vmq_eventually: each PORT's
+# pairs of 0..N-1 whose rxPackets or txPackets is still 0, as "port a:
+# 1(rx=0,tx=5); ", nothing when every pair of every PORT saw both
+vmq_stats_idle() {
+    local f=$1 n=$2 p idle
+    shift 2
+    for p in "$@"; do
+        if [[ ! -s $f ]]; then idle="no stats file"; else idle=$(vmq_stats_idle_queues "$f" "$p" "$n"); fi
+        [[ -z $idle ]] || printf 'port %s: %s; ' "$p" "$idle"
     done
 }
 
-# vmq_stats_wait_connected FILE SECONDS PORT...: wait until every PORT reports connected=true
-vmq_stats_wait_connected() {
-    local f=$1 end p ok
-    end=$(($(date +%s) + $2))
-    shift 2
-    while :; do
-        ok=1
-        for p in "$@"; do
-            [[ $(vmq_stats_port "$f" "$p" connected false) == true ]] || ok=0
-        done
-        ((ok)) && return 0
-        (($(date +%s) >= end)) && return 1
-        sleep 0.5
-    done
+# vmq_stats_connected FILE PORT...: observer for vmq_eventually: "a=true
+# b=false", each PORT's connected in the stats file
+vmq_stats_connected() {
+    local f=$1 p states=()
+    shift
+    for p in "$@"; do states+=("$p=$(vmq_stats_port "$f" "$p" connected false)"); done
+    echo "${states[*]}"
 }
 
 # vmq_table: align whitespace-separated columns read from stdin (first line = header)
@@ -584,65 +823,85 @@ vmq_guest_env() {
     [[ -n $GUEST_KERNEL && -f $GUEST_KERNEL ]] || GUEST_KERNEL=$GUEST_BZIMAGE
 }
 
-declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_DEV_OPTS=() VMQ_GUEST_EXTRA=()
+declare -A VMQ_GUEST_PID=() VMQ_GUEST_T0=() VMQ_GUEST_LOG=() VMQ_GUEST_QLOG=() VMQ_GUEST_DEV_OPTS=() VMQ_GUEST_EXTRA=()
+# vmq_guest_boot NAME WORKDIR SECONDS NIC-ARGS... -- CMDLINE...: boots a test
+#   guest under vmq_bg: TCG, q35, 512 MiB, 1 vCPU (VHOSTMQ_GUEST_SMP), the
+#   image of hack/guest/build.sh, the QEMU arguments NIC-ARGS as its network
+#   (a vhost-user netdev gets the guest's memory shared: memfd, share=on),
+#   CMDLINE words appended to the kernel command line (vmq.* keys, see
+#   hack/guest/init).  Serial console: WORKDIR/guest-NAME.log; the command
+#   line: WORKDIR/guest-NAME.cmd.  VMQ_GUEST_EXTRA[NAME], if set, holds more
+#   QEMU arguments (split on spaces; e.g. a QMP socket and -incoming for a
+#   migration target); VMQ_GUEST_WRAP (words, e.g. "ip netns exec NS") runs
+#   QEMU under a command.
+vmq_guest_boot() {
+    local name=$1 work=$2 secs=$3 net=() shared=0 wrap=() extra=()
+    shift 3
+    while (($#)) && [[ $1 != -- ]]; do
+        net+=("$1")
+        [[ $1 != vhost-user,* ]] || shared=1
+        shift
+    done
+    shift # --
+    vmq_guest_env
+    VMQ_GUEST_LOG[$name]=$work/guest-$name.log
+    : >"${VMQ_GUEST_LOG[$name]}"
+    # thread=single with several vCPUs: QEMU 10.0's multi-threaded TCG can
+    # abort a booting guest (iotlb_to_section assertion, one vCPU using the
+    # memory map another replaces), as KubeVirt's launcher does (images.sh)
+    local accel=tcg
+    ((${VHOSTMQ_GUEST_SMP:-1} > 1)) && accel=tcg,thread=single
+    local qemu=("${VHOSTMQ_QEMU:-qemu-system-x86_64}" -accel "$accel" -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
+        -nodefaults -display none -monitor none -no-reboot)
+    # shellcheck disable=SC2054  # commas are QEMU option syntax
+    ((shared)) && qemu+=(-object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0)
+    qemu+=(-kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
+        -append "${VHOSTMQ_GUEST_CMDLINE:-console=ttyS0 panic=-1 loglevel=4} vmq.name=$name $*"
+        "${net[@]}" -serial "file:${VMQ_GUEST_LOG[$name]}")
+    [[ -z ${VMQ_GUEST_EXTRA[$name]:-} ]] || read -r -a extra <<<"${VMQ_GUEST_EXTRA[$name]}"
+    qemu+=("${extra[@]}")
+    [[ -z ${VMQ_GUEST_WRAP:-} ]] || read -r -a wrap <<<"$VMQ_GUEST_WRAP"
+    printf '%q ' "${wrap[@]}" "${qemu[@]}" >"$work/guest-$name.cmd"
+    echo >>"$work/guest-$name.cmd"
+    VMQ_GUEST_T0[$name]=$(vmq_now)
+    vmq_bg "$work/guest-$name.qemu.log" "$secs" "${wrap[@]}" "${qemu[@]}"
+    VMQ_GUEST_PID[$name]=$VMQ_BG_PID
+}
+
 # vmq_guest_start NAME SOCKET connect|listen MAC QUEUES SECONDS WORKDIR CMDLINE...
-#   Boots a 1-vCPU (VHOSTMQ_GUEST_SMP), 512 MiB TCG guest whose only NIC is a vhost-user
-#   virtio-net-pci with QUEUES queue pairs.  connect: QEMU dials SOCKET and
-#   redials every second (reconnect=1); listen: QEMU listens (server=on,wait=off).
-#   CMDLINE words are appended to the kernel command line (vmq.* keys, see
-#   hack/guest/init).  Serial console: WORKDIR/guest-NAME.log.
+#   vmq_guest_boot with one NIC: a vhost-user virtio-net-pci with QUEUES
+#   queue pairs.  connect: QEMU dials SOCKET and redials every second
+#   (reconnect=1); listen: QEMU listens (server=on,wait=off).
 #   VMQ_GUEST_DEV_OPTS[NAME], if set, is appended to the virtio-net-pci
-#   options (e.g. guest_tso4=off,guest_csum=off).  VMQ_GUEST_EXTRA[NAME],
-#   if set, holds more QEMU arguments (split on spaces; e.g. a QMP socket
-#   and -incoming for a migration target).
+#   options (e.g. guest_tso4=off,guest_csum=off).
 vmq_guest_start() {
     local name=$1 sock=$2 mode=$3 mac=$4 nq=$5 secs=$6 work=$7 chr mq=on
     shift 7
-    vmq_guest_env
     case $mode in
         connect) chr="socket,id=chr0,path=$sock,reconnect=1" ;;
         listen) chr="socket,id=chr0,path=$sock,server=on,wait=off"; rm -f "$sock" ;;
         *) vmq_die "vmq_guest_start: mode must be connect or listen" ;;
     esac
     ((nq > 1)) || mq=off
-    VMQ_GUEST_LOG[$name]=$work/guest-$name.log
-    : >"${VMQ_GUEST_LOG[$name]}"
     # vectors=0: QEMU 7.2 + TCG + vhost-user + MSI-X segfaults (msix_set_vector_notifiers)
-    # thread=single with several vCPUs: QEMU 10.0's multi-threaded TCG can
-    # abort a booting guest (iotlb_to_section assertion, one vCPU using the
-    # memory map another replaces), as KubeVirt's launcher does (images.sh)
-    local accel=tcg
-    ((${VHOSTMQ_GUEST_SMP:-1} > 1)) && accel=tcg,thread=single
-    # shellcheck disable=SC2054  # commas are QEMU option syntax
-    local qemu=("${VHOSTMQ_QEMU:-qemu-system-x86_64}" -accel "$accel" -machine q35 -m 512 -smp "${VHOSTMQ_GUEST_SMP:-1}"
-        -nodefaults -display none -monitor none -no-reboot
-        -object memory-backend-memfd,id=mem0,size=512M,share=on -numa node,memdev=mem0
-        -kernel "$GUEST_KERNEL" -initrd "$GUEST_INITRD"
-        -append "${VHOSTMQ_GUEST_CMDLINE:-console=ttyS0 panic=-1 loglevel=4} vmq.name=$name vmq.queues=$nq $*"
-        -chardev "$chr"
-        -netdev "vhost-user,id=net0,chardev=chr0,queues=$nq"
-        -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0${VMQ_GUEST_DEV_OPTS[$name]:+,${VMQ_GUEST_DEV_OPTS[$name]}}"
-        -serial "file:${VMQ_GUEST_LOG[$name]}")
-    local extra=()
-    [[ -z ${VMQ_GUEST_EXTRA[$name]:-} ]] || read -r -a extra <<<"${VMQ_GUEST_EXTRA[$name]}"
-    qemu+=("${extra[@]}")
-    printf '%q ' "${qemu[@]}" >"$work/guest-$name.cmd"
-    echo >>"$work/guest-$name.cmd"
-    VMQ_GUEST_T0[$name]=$(vmq_now)
-    vmq_bg "$work/guest-$name.qemu.log" "$secs" "${qemu[@]}"
-    VMQ_GUEST_PID[$name]=$VMQ_BG_PID
-    vmq_log "guest $name: pid $VMQ_BG_PID, $mode $sock, serial ${VMQ_GUEST_LOG[$name]}"
+    vmq_guest_boot "$name" "$work" "$secs" -chardev "$chr" -netdev "vhost-user,id=net0,chardev=chr0,queues=$nq" \
+        -device "virtio-net-pci,netdev=net0,mac=$mac,mq=$mq,vectors=0${VMQ_GUEST_DEV_OPTS[$name]:+,${VMQ_GUEST_DEV_OPTS[$name]}}" \
+        -- "vmq.queues=$nq" "$@"
+    vmq_log "guest $name: pid ${VMQ_GUEST_PID[$name]}, $mode $sock, serial ${VMQ_GUEST_LOG[$name]}"
 }
 
 # vmq_guest_wait NAME REGEX SECONDS: wait for a serial-console line; fails
-# (with the tail of the log) when the guest exits first or on timeout
+# (with the tail of the log and of QEMU's: VMQ_GUEST_QLOG[NAME], default
+# guest-NAME.qemu.log beside it) when the guest exits first or on timeout.
+# A guest QEMU started elsewhere (libvirt) is waited on by setting its
+# VMQ_GUEST_LOG, VMQ_GUEST_PID and VMQ_GUEST_QLOG.
 vmq_guest_wait() {
     local name=$1 rc=0
-    vmq_wait_log "${VMQ_GUEST_LOG[$name]}" "$2" "$3" "${VMQ_GUEST_PID[$name]}" || rc=$?
+    vmq_wait_log "${VMQ_GUEST_LOG[$name]}" "$2" "$3" "${VMQ_GUEST_PID[$name]:-}" || rc=$?
     if ((rc != 0)); then
         vmq_log "guest $name: no /$2/ after $3 s ($([[ $rc == 2 ]] && echo "QEMU exited" || echo timeout)); last lines:"
-        tail -n 15 "${VMQ_GUEST_LOG[$name]}" | tr -d '\r' | sed 's/^/    | /' >&2 || true
-        sed 's/^/    qemu: /' "$(dirname "${VMQ_GUEST_LOG[$name]}")/guest-$name.qemu.log" 2>/dev/null | tail -n 5 >&2 || true
+        tail -n 15 "${VMQ_GUEST_LOG[$name]}" 2>/dev/null | tr -d '\r' | sed 's/^/    | /' >&2 || true
+        sed 's/^/    qemu: /' "${VMQ_GUEST_QLOG[$name]:-$(dirname "${VMQ_GUEST_LOG[$name]}")/guest-$name.qemu.log}" 2>/dev/null | tail -n 5 >&2 || true
         return 1
     fi
 }
@@ -679,11 +938,8 @@ vmq_tg_setup() {
     VMQ_TG_WORK=$1 VMQ_TG_ROLE=$2 VMQ_TG_Q=$3
     mkdir -p "$VMQ_TG_WORK"
     : >"$VMQ_TG_WORK/result.env"
-    local c
-    for c in "${VHOSTMQ_QEMU:-qemu-system-x86_64}" jq timeout awk; do
-        command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
-    done
-    [[ $VMQ_BACKEND == testpmd ]] && { command -v dpdk-testpmd >/dev/null || vmq_die "dpdk-testpmd missing: run hack/install-deps.sh"; }
+    vmq_need "${VHOSTMQ_QEMU:-qemu-system-x86_64}" jq timeout awk
+    [[ $VMQ_BACKEND != testpmd ]] || vmq_need dpdk-testpmd
     VMQ_SOCK_ROLE=$VMQ_TG_ROLE
     vmq_ports_reset
     vmq_port_add a "$VMQ_TG_WORK/a.sock" "$VMQ_TG_Q" 52:54:00:00:00:0a
@@ -763,11 +1019,10 @@ vmq_tg_traffic() {
     fi
     for d in forward reverse; do
         local line gbps
-        line=$(tr -d '\r' <"$la" | awk -v d="$d" '$1 == "VHOSTMQ-RESULT" && $2 == "iperf" && $3 == "dir=" d { l = $0 } END { print l }')
-        rc=$(sed -n 's/.* rc=\([0-9]*\).*/\1/p' <<<"$line")
-        gbps=$(sed -n 's/.* gbps=\([0-9.]*\).*/\1/p' <<<"$line")
+        line=$(vmq_iperf_line "$la" "$d")
+        rc=$(vmq_kv "$line" rc) gbps=$(vmq_kv "$line" gbps)
         vmq_res "gbps_$d" "${gbps:-none}"
-        vmq_res "retrans_$d" "$(sed -n 's/.* retrans=\([0-9]*\).*/\1/p' <<<"$line")"
+        vmq_res "retrans_$d" "$(vmq_kv "$line" retrans)"
         if [[ $rc == 0 ]] && awk -v g="${gbps:-0}" 'BEGIN { exit !(g > 0) }'; then
             vmq_ok "iperf3 $d: $gbps Gbit/s"
         else
@@ -868,11 +1123,8 @@ vmq_tg_reconnect() {
         [[ $(vmq_count_log "${VMQ_GUEST_LOG[$g]}" '^VHOSTMQ-RESULT boot ') == 1 ]] || vmq_fail "reconnect: guest $g rebooted"
     done
     if ! vmq_alive "$pa" || ! vmq_alive "$pb"; then vmq_fail "reconnect: a QEMU process exited"; fi
-    if vmq_stats_wait_connected "$VMQ_TG_STATS" 10 a b; then
-        vmq_ok "reconnect: both ports connected again"
-    else
-        vmq_fail "reconnect: dataplane stats do not show both ports connected after the restart"
-    fi
+    vmq_eventually 10 "reconnect: both ports connected again in the dataplane's stats" "a=true b=true" \
+        vmq_stats_connected "$VMQ_TG_STATS" a b || true
     [[ -s $VMQ_TG_STATS ]] && cp "$VMQ_TG_STATS" "$VMQ_TG_WORK/stats-reconnect.json"
 }
 

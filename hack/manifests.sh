@@ -19,12 +19,7 @@ HELM_VERSION=v3.22.0
 KUBE_VERSION=1.37.2
 TOOLS=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}
 check=0
-case ${1:-} in
-    --check) check=1 ;;
-    "") ;;
-    -h | --help) vmq_usage "$0"; exit 0 ;;
-    *) vmq_die "unknown argument $1 (see --help)" ;;
-esac
+vmq_args --check:check=1 -- "$@"
 
 helm=$TOOLS/helm-$HELM_VERSION
 if [[ ! -x $helm ]]; then

@@ -208,6 +208,7 @@ type Frontend struct {
 
 	// Negotiated data-path features, fixed after setup.
 	eventIdx, mrg, indirect bool
+	inOrder                 bool // VIRTIO_F_IN_ORDER: every used entry is checked to follow avail order (outOfOrder)
 	hdrLen                  int
 
 	memfd int
@@ -764,6 +765,7 @@ func (f *Frontend) setup(bases []uint16) error {
 	}
 	f.info.Features = feats
 	f.eventIdx = f.info.HasFeature(virtio.FEventIdx)
+	f.inOrder = f.info.HasFeature(virtio.FInOrder)
 	f.mrg = f.info.HasFeature(virtio.NetFMrgRxbuf)
 	f.indirect = f.info.HasFeature(virtio.FIndirectDesc)
 	f.hdrLen = virtio.NetHdrLegacySize

@@ -258,6 +258,20 @@ func (f *Frontend) waitCall(r *vring, deadline time.Time) (bool, error) {
 	}
 }
 
+// outOfOrder checks, with VIRTIO_F_IN_ORDER negotiated, that used entry i
+// names the chain made available i-th (the device must use buffers in the
+// order they were made available; this driver writes one used entry per
+// chain's worth of avail slot, so entry i answers avail slot i).
+func (f *Frontend) outOfOrder(r *vring, i uint16, e UsedElem) error {
+	if !f.inOrder {
+		return nil
+	}
+	if want := f.load16(r.availOff + 4 + 2*int(i&r.mask)); e.ID != uint32(want) {
+		return f.badUsed(r, "used[%d] id %d out of order: VIRTIO_F_IN_ORDER, and avail[%d] is %d", i, e.ID, i, want)
+	}
+	return nil
+}
+
 func (f *Frontend) badUsed(r *vring, format string, args ...any) error {
 	r.err = fmt.Errorf("%w: vring %d: %s", ErrBadUsed, r.index, fmt.Sprintf(format, args...))
 	return r.err
@@ -312,6 +326,9 @@ func (f *Frontend) reclaimTx(r *vring) error {
 		e := f.usedElem(r, r.lastUsed)
 		if e.ID >= uint32(r.n) {
 			return f.badUsed(r, "used[%d] id %d out of range", r.lastUsed, e.ID)
+		}
+		if err := f.outOfOrder(r, r.lastUsed, e); err != nil {
+			return err
 		}
 		head := uint16(e.ID)
 		switch r.state[head] {
@@ -642,6 +659,9 @@ func (f *Frontend) rxTake(r *vring, keep bool) (hdr virtio.NetHdr, frame []byte,
 	total := 0
 	for k := range nb {
 		e := f.usedElem(r, r.lastUsed+k)
+		if err := f.outOfOrder(r, r.lastUsed+k, e); err != nil {
+			return hdr, nil, false, err
+		}
 		if k > 0 {
 			if e.ID >= uint32(r.n) || r.state[e.ID] != stHead {
 				return hdr, nil, false, f.badUsed(r, "used[%d] id %d (buffer %d of %d) is not an outstanding RX buffer", r.lastUsed+k, e.ID, k+1, nb)

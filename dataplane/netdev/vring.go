@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vhostmq/vhostmq/dataplane/guestmem"
+	"github.com/vhostmq/vhostmq/dataplane/internal/release"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
@@ -51,8 +52,8 @@ type Vring struct {
 
 // Counters are per-vring statistics, safe to read at any time.
 type Counters struct {
-	Packets     atomic.Uint64
-	Bytes       atomic.Uint64
+	Packets     LockedCounter
+	Bytes       LockedCounter
 	Kicks       atomic.Uint64
 	Calls       atomic.Uint64
 	DropNoBuf   atomic.Uint64 // RX: the guest had no (or too small) buffers
@@ -81,6 +82,18 @@ type Counters struct {
 	// the ring's used index.
 	BaseMismatch atomic.Uint64
 }
+
+// LockedCounter is a counter its vring's lock serialises: only the lock's
+// holder adds (a worker, once per burst), anyone loads. Add is a load and a
+// release store, not a locked add: a burst's locked instructions make its
+// worker wait for its stores into guest memory to drain (#29).
+type LockedCounter struct{ v uint64 }
+
+// Load reads the counter.
+func (c *LockedCounter) Load() uint64 { return atomic.LoadUint64(&c.v) }
+
+// Add adds n; the caller holds the vring's lock.
+func (c *LockedCounter) Add(n uint64) { release.Store64(&c.v, atomic.LoadUint64(&c.v)+n) }
 
 var vringIDs atomic.Uint32
 

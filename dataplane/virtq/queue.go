@@ -157,8 +157,8 @@ func (q *Queue) Push(head uint16, length uint32) {
 // Unpush forgets the last n unpublished used elements.
 func (q *Queue) Unpush(n int) { q.usedIdx -= uint16(n) }
 
-// Publish makes every pushed element visible to the driver (release), and
-// is a full fence.
+// Publish makes every pushed element visible to the driver (release). It is
+// not a full fence: NeedsCall fences before it decides.
 func (q *Queue) Publish() {
 	storeRelease32(q.used, 0, uint32(q.usedFlags)|uint32(q.usedIdx)<<16)
 	if q.lg.on {

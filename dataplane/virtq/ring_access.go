@@ -3,6 +3,8 @@ package virtq
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/vhostmq/vhostmq/dataplane/internal/release"
 )
 
 // This file holds every load, store and fence on ring memory that the
@@ -17,8 +19,9 @@ import (
 //     is read with atomic.LoadUint32 and the half we want is extracted.
 //   - used.flags+used.idx (release): both are device-owned and the used ring
 //     is 4-aligned (checked when the ring is set up), so they are published
-//     together with one atomic.StoreUint32, which on amd64 is an XCHG and
-//     therefore also a full fence.
+//     together with one 32-bit release store (package release: a plain
+//     store on amd64). It is not a full fence: NeedsCall and SetNotify
+//     fence before the loads that must follow it.
 //   - avail.flags, used_event: plain 16-bit loads through a non-inlined
 //     function, so the compiler cannot cache them across polls; on the
 //     architectures we build for an aligned 16-bit load is single-copy
@@ -28,11 +31,14 @@ import (
 //     copied into a local once before use (a guest may rewrite them at any
 //     time).
 
-var fenceWord atomic.Uint32
-
 // fence is a full memory barrier: a locked read-modify-write on amd64 and
-// a sequentially consistent RMW elsewhere.
-func fence() { fenceWord.Add(0) }
+// a sequentially consistent RMW elsewhere, on a word of the caller's own
+// stack (as DPDK's rte_smp_mb on x86: lock add to the stack): a shared
+// word would be one cache line every worker's fences pull to their CPU.
+func fence() {
+	var w uint32
+	atomic.AddUint32(&w, 0)
+}
 
 //go:noinline
 func load16(b []byte, off int) uint16 {
@@ -60,7 +66,7 @@ func loadAcquire16(b []byte, off int) uint16 {
 // storeRelease32 publishes a 4-aligned 32-bit word.
 func storeRelease32(b []byte, off int, v uint32) {
 	_ = b[off+3]
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[off])), v)
+	release.Store32((*uint32)(unsafe.Pointer(&b[off])), v)
 }
 
 // aligned reports whether b's first byte sits at a host address that is a

@@ -68,15 +68,7 @@ source "$CLUSTER/lib.sh"
 VMQ_TAG=cni-burst
 
 PODS=50 SLOTS=32 OUT=""
-while (($#)); do
-    case $1 in
-        --pods) PODS=$2; shift 2 ;;
-        --slots-per-cpu) SLOTS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument $1 (see --help)" ;;
-    esac
-done
+vmq_args --pods=PODS --slots-per-cpu=SLOTS --out=OUT -- "$@"
 [[ $PODS =~ ^[1-9][0-9]*$ ]] || vmq_die "--pods: a positive number, not $PODS"
 [[ $SLOTS =~ ^[1-9][0-9]*$ && $SLOTS -le 128 ]] || vmq_die "--slots-per-cpu: 1..128 (the dataplane's bound), not $SLOTS"
 OUT=${OUT:-$VMQ_REPO_ROOT/_output/bench/cni-burst-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -101,10 +93,10 @@ work=$(mktemp -d)
 bins=$work/bin
 
 k() { vmqc_kubectl "$@"; }
-ctl() { timeout 20 "$bins/vhostmqctl" --socket "$API_SOCK" "$@"; }
+VMQ_CTL=$bins/vhostmqctl VMQ_API=$API_SOCK # for vmq_ctl
 allocatable() { k get --raw "/api/v1/nodes/$VMQC_NODE" | jq -r --arg r "$RES" '.status.allocatable[$r] // "0"'; }
 ds_ready() { k -n "$NS" wait --for=condition=Ready pod -l "$DS_LABEL" --timeout 5s >/dev/null 2>&1; }
-our_ports() { ctl -o json port list | jq -c '.ports[] | select((.labels["k8s.pod.name"] // "") | startswith("burst-"))'; }
+our_ports() { vmq_ctl -o json port list | jq -c '.ports[] | select((.labels["k8s.pod.name"] // "") | startswith("burst-"))'; }
 n_our_ports() { our_ports | jq -s length; }
 no_burst_pods() { local out; out=$(k get pods -l "$LABEL" -o name) && [[ -z $out ]]; }
 # delete_burst SECONDS: delete the burst's pods (CNI DEL runs), wait until
@@ -146,13 +138,13 @@ restart_ds() {
 }
 # slots_are N: the agent has N slots and the node's allocatable says so
 slots_are() {
-    [[ $(ctl -o json capacity 2>/dev/null | jq -r .slots_total) == "$1" && $(allocatable) == "$1" ]]
+    [[ $(vmq_ctl -o json capacity 2>/dev/null | jq -r .slots_total) == "$1" && $(allocatable) == "$1" ]]
 }
 # slots_raised: the agent has SLOTS slots on each of its CPUs and the node's
 # allocatable says so
 slots_raised() {
     local cap
-    cap=$(ctl -o json capacity 2>/dev/null) || return 1
+    cap=$(vmq_ctl -o json capacity 2>/dev/null) || return 1
     [[ $(jq -r --argjson s "$SLOTS" '.slots_total == (.cpus | length) * $s and all(.cpus[]; (.slots | length) == $s)' <<<"$cap") == true &&
         $(allocatable) == $(jq -r .slots_total <<<"$cap") ]]
 }
@@ -164,8 +156,8 @@ diagnostics() {
         echo "=== events"; k get events -A --sort-by .lastTimestamp | tail -n 60
         echo "=== multus-lite log (this run)"; mlog | tail -n 80
         echo "=== containerd CNI errors"; grep -E 'level=error' "$VMQC_LOGS/containerd.log" | tail -n 20 | cut -c1-600
-        echo "=== ports"; ctl -o wide port list
-        echo "=== capacity"; ctl capacity
+        echo "=== ports"; vmq_ctl -o wide port list
+        echo "=== capacity"; vmq_ctl capacity
         echo "=== dataplane log"; k -n "$NS" logs ds/vhostmq -c dataplane --tail 60
         echo "=== deviceplugin log"; k -n "$NS" logs ds/vhostmq -c deviceplugin --tail 60
         echo "=== folders"; find "$SOCK_DIR" "$DEVINFO_CNI" -maxdepth 2 -ls
@@ -274,8 +266,8 @@ else
     vmqc_poll 120 1 ds_ready || vmq_die "the DaemonSet's pod is not Ready"
 fi
 vmqc_poll 90 0.5 slots_raised ||
-    vmq_die "the agent's slots ($(ctl -o json capacity 2>/dev/null | jq -c '[.slots_total, [.cpus[] | .slots | length]]')) and allocatable $RES ($(allocatable)) are not $SLOTS per CPU"
-CAP=$(ctl -o json capacity)
+    vmq_die "the agent's slots ($(vmq_ctl -o json capacity 2>/dev/null | jq -c '[.slots_total, [.cpus[] | .slots | length]]')) and allocatable $RES ($(allocatable)) are not $SLOTS per CPU"
+CAP=$(vmq_ctl -o json capacity)
 SLOTS_TOTAL=$(jq -r .slots_total <<<"$CAP")
 NCPU=$(jq -r '.cpus | length' <<<"$CAP")
 T_SLOTS=$(vmqc_secs "$t_slots")
@@ -320,7 +312,7 @@ spec:
 EOF
 done >"$work/pods.yaml"
 host_leftovers >"$work/before.txt"
-PORTS_BEFORE=$(ctl -o json port list | jq '.ports | length')
+PORTS_BEFORE=$(vmq_ctl -o json port list | jq '.ports | length')
 mkdir -p "$OUT"
 
 vmq_log "creating $PODS pods in one kubectl apply"
@@ -382,7 +374,7 @@ T_ADDS=$(awk -F'\t' -v t0="$t0" '
     END { z = t0 % 86400; if (n) printf "first ADD began %.1f s, last ended %.1f s after the create", first - z, last - z; else print "no ADD seen" }
 ' "$OUT/pods.tsv")
 
-PORTS_JSON=$(ctl -o json port list)
+PORTS_JSON=$(vmq_ctl -o json port list)
 N_PORTS=$(jq '.ports | length' <<<"$PORTS_JSON")
 N_OURS=$(jq '[.ports[] | select((.labels["k8s.pod.name"] // "") | startswith("burst-"))] | length' <<<"$PORTS_JSON")
 SPREAD=$(jq -r '[.ports[] | select((.labels["k8s.pod.name"] // "") | startswith("burst-")) | .slots[] | sub("-s[0-9]+$"; "")] |

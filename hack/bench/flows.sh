@@ -72,30 +72,11 @@ VMQ_TAG=flows
 
 TRIALS=3 DURATION=4 WARMUP=2 FLOWS="1 2 4 8 16 32 64 128" QUEUES="1 2 4" SIZE=64
 SMOKE=0 OUT="" MEM=auto POLLING=adaptive CPUS=0,1 RING=""
-CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
-ARGS=("$@")
-while (($#)); do
-    case $1 in
-        --trials) TRIALS=$2; shift 2 ;;
-        --duration) DURATION=$2; shift 2 ;;
-        --warmup) WARMUP=$2; shift 2 ;;
-        --flows) FLOWS=$2; shift 2 ;;
-        --queues) QUEUES=$2; shift 2 ;;
-        --size) SIZE=$2; shift 2 ;;
-        --smoke) SMOKE=1; shift ;;
-        --out) OUT=$2; shift 2 ;;
-        --mem) MEM=$2; shift 2 ;;
-        --polling) POLLING=$2; shift 2 ;;
-        --cpus) CPUS=$2; shift 2 ;;
-        --ring) RING=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --trials=TRIALS --duration=DURATION --warmup=WARMUP --flows=FLOWS --queues=QUEUES --size=SIZE \
+    --smoke:SMOKE=1 --out=OUT --mem=MEM --polling=POLLING --cpus=CPUS --ring=RING -- "$@"
 ((SMOKE)) && TRIALS=1 DURATION=1 WARMUP=1 FLOWS=8 QUEUES="1 2"
 
 # ---------------------------------------------------------------- arguments
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || vmq_die "$1 must be a positive integer, not '$2'"; }
 posint --trials "$TRIALS"
 posint --duration "$DURATION"
 [[ $WARMUP =~ ^[0-9]+$ ]] || vmq_die "--warmup must be a number of seconds, not '$WARMUP'"
@@ -122,37 +103,20 @@ done
 
 # ---------------------------------------------------------------- environment
 vmq_need_root
-for c in dpdk-testpmd jq timeout stdbuf mkfifo "$VMQ_PY"; do
-    command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
-done
+vmq_need dpdk-testpmd jq timeout stdbuf mkfifo "$VMQ_PY"
 [[ -x $VMQ_DATAPLANE ]] || vmq_die "$VMQ_DATAPLANE not found: run 'make build' (or set VHOSTMQ_DATAPLANE)"
-[[ -x $CTL ]] || vmq_die "$CTL not found: run 'make build' (or set VHOSTMQ_CTL)"
+[[ -x $VMQ_CTL ]] || vmq_die "$VMQ_CTL not found: run 'make build' (or set VHOSTMQ_CTL)"
 NCPU=$(nproc)
 ((GEN_CPU < NCPU && SINK_CPU < NCPU)) || vmq_die "--cpus $CPUS: this machine has $NCPU CPUs (nproc)"
 
-[[ -n $OUT ]] || OUT=$VMQ_REPO_ROOT/_output/bench/flows-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT/logs"
-OUT=$(cd "$OUT" && pwd)
+bench_setup flows- vmqflows
 RAW=$OUT/raw.tsv
-vmq_init
-WORK=$(mktemp -d /tmp/vmqflows.XXXXXX) # short: AF_UNIX paths
-vmq_track_path "$WORK"
-T0=$(vmq_now)
 
-DPDK_MB=256
 MAC_G=00:01:02:03:04:00 # flowgen's fixed source and destination (app/test-pmd/flowgen.c)
 MAC_S=00:01:02:03:04:01
 MAC_W=02:76:6d:71:00:1c
-RUN_BOUND=$((WARMUP + DURATION + 150)) # seconds any process of one run may live
-RUN_N=0
-FAILED=0
-
+bench_start
 {
-    echo "started_utc $(date -u +%FT%TZ)"
-    echo "command hack/bench/flows.sh ${ARGS[*]}"
-    echo "trials $TRIALS"
-    echo "warmup_s $WARMUP"
-    echo "window_s $DURATION"
     echo "flows ${FLOW_LIST[*]}"
     echo "queue_pairs ${Q_LIST[*]}"
     echo "frame_bytes $SIZE"
@@ -160,47 +124,15 @@ FAILED=0
     echo "vhostmq_polling $POLLING"
     echo "mem $MEM"
     echo "ring ${RING:-default (256)}"
-    echo "git $(git -C "$VMQ_REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$VMQ_REPO_ROOT" diff --quiet HEAD -- dataplane cmd 2>/dev/null || echo ' (dataplane/ or cmd/ modified)')"
-    echo "dataplane $VMQ_DATAPLANE"
-    echo "dpdk $(dpkg-query -W -f='${Version}' dpdk-dev 2>/dev/null || echo '?')"
-    echo "kernel $(uname -r)"
-    echo "cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-    echo "psi_cpu_at_start $(vmq_cpu_psi)"
-} >"$OUT/meta.txt"
+    bench_meta_machine
+} >>"$OUT/meta.txt"
 
 printf '%s\n' "trial	flows	queues	size	mpps	switched_mpps	gen_mpps	sink_rxq	sink_rxq_pkts	gen_cpu_pct	sink_cpu_pct	dp_cpu_pct	dp_busy_pct	rx_no_buffer_pps	flood_pps	psi_some_avg10	window_s	mem	started_utc	status" >"$RAW"
 
 # ---------------------------------------------------------------- helpers
-run_mem() { # memory mode of the next run: two testpmds
-    case $MEM in
-        huge | nohuge) echo "$MEM" ;;
-        auto) if (($(vmq_free_hugepages) * 2 >= 2 * (DPDK_MB + 64))); then echo huge; else echo nohuge; fi ;;
-    esac
-}
-# link_up PREFIX SECONDS: wait until port 0 of a testpmd reports link up
-link_up() {
-    local end=$((SECONDS + $2))
-    while ((SECONDS < end)); do
-        [[ $(vmq_telemetry "$1" /ethdev/link_status,0 2>/dev/null | jq -r '.["/ethdev/link_status"].status // ""') == UP ]] && return 0
-        sleep 0.1
-    done
-    return 1
-}
 # port_tx PORTID API: packets port PORTID has sent into the switch so far
 port_tx() {
-    "$CTL" --socket "$2" --timeout 3s -o json stats "$1" 2>/dev/null | jq -r '.ports[0].total.tx.packets // 0' 2>/dev/null || echo 0
-}
-# quit_testpmd PID FD: stop forwarding and quit through the prompt (testpmd
-# prints its forward statistics), else stop_pid; VMQ_RC = exit status
-quit_testpmd() {
-    VMQ_RC=0
-    [[ -n $1 ]] || return 0
-    if vmq_alive "$1"; then
-        printf 'stop\nquit\n' >&"$2" || true
-        local end=$((SECONDS + 15))
-        while vmq_alive "$1" && ((SECONDS < end)); do sleep 0.1; done
-    fi
-    stop_pid "$1"
+    "$VMQ_CTL" --socket "$2" --timeout 3s -o json stats "$1" 2>/dev/null | jq -r '.ports[0].total.tx.packets // 0' 2>/dev/null || echo 0
 }
 # rotated OFFSET: the queue-pair list, rotated left by OFFSET
 rotated() {
@@ -212,20 +144,16 @@ rotated() {
 # run_one TRIAL FLOWS QUEUES MEM: one measurement, one line in raw.tsv
 run_one() {
     local trial=$1 flows=$2 q=$3 mem=$4
-    RUN_N=$((RUN_N + 1))
     local id rdir sdir started
     id=$(printf 't%02d-f%03d-q%d' "$trial" "$flows" "$q")
-    rdir=$OUT/logs/$id
-    sdir=$WORK/r$RUN_N
-    mkdir -p "$rdir" "$sdir"
-    started=$(date -u +%FT%TZ)
+    bench_run "$id"
     local gprefix=vmqf$$r${RUN_N}g sprefix=vmqf$$r${RUN_N}s api=$sdir/api.sock
     vmq_dpdk_track "$gprefix"
     vmq_dpdk_track "$sprefix"
     local -a memw ringw=()
     local qsz=""
     [[ -n $RING ]] && qsz=",queue_size=$RING" ringw=(--rxd="$RING" --txd="$RING")
-    if [[ $mem == huge ]]; then memw=(-m "$DPDK_MB" --single-file-segments); else memw=(--no-huge -m "$DPDK_MB"); fi
+    read -r -a memw <<<"$(bench_mem_args "$mem" "$DPDK_MB")"
 
     {
         echo "# hack/bench/flows.sh $id"
@@ -280,8 +208,8 @@ run_one() {
         vmq_wait_log "$rdir/sink.log" '^testpmd> ' 60 "$sink_pid" || fail "sink testpmd did not reach its prompt"
     fi
     [[ $status == ok ]] && { vmq_wait_log "$rdir/gen.log" '^testpmd> ' 60 "$gen_pid" || fail "generator testpmd did not reach its prompt"; }
-    [[ $status == ok ]] && { link_up "$sprefix" 30 || fail "sink link not up after 30 s"; }
-    [[ $status == ok ]] && { link_up "$gprefix" 30 || fail "generator link not up after 30 s"; }
+    [[ $status == ok ]] && { link_up "$sprefix" 1 30 || fail "sink link not up after 30 s"; }
+    [[ $status == ok ]] && { link_up "$gprefix" 1 30 || fail "generator link not up after 30 s"; }
     if [[ $status == ok ]]; then
         # the sink speaks first, so that the switch knows where MAC_S is
         printf 'start tx_first 1\n' >&"$sfd"
@@ -303,19 +231,15 @@ run_one() {
     local mpps=NA switched=NA gen_mpps=NA rxq=NA rxq_pkts=NA gen_cpu=NA sink_cpu=NA dp_cpu=NA busy=NA nobuf=NA flood=NA psi=NA win=NA
     if [[ $status == ok ]]; then
         sleep "$WARMUP"
-        local gen_real sink_real dp_real ctl_pid
+        local gen_real sink_real dp_real err
         gen_real=$(vmq_child "$gen_pid")
         sink_real=$(vmq_child "$sink_pid")
         dp_real=$(vmq_child "$dp_pid")
-        timeout $((DURATION + 20)) "$CTL" --socket "$api" --timeout 10s -o json stats --interval "${DURATION}s" \
-            >"$rdir/vhostmq-stats.json" 2>"$rdir/vhostmqctl.err" &
-        ctl_pid=$!
-        vmq_track "$ctl_pid"
+        stats_window "$api" "$DURATION" "$rdir/vhostmq-stats.json"
         "$VMQ_PY" "$HERE/window.py" "$DURATION" "dpdk:sink:$sprefix:1" "dpdk:gen:$gprefix:1" \
             "proc:gen:$gen_real" "proc:sink:$sink_real" "proc:dp:$dp_real" >"$rdir/window.json" 2>"$rdir/window.err" ||
             fail "window measurement: $(tail -n 1 "$rdir/window.err")"
-        wait "$ctl_pid" || fail "vhostmqctl stats: $(tail -n 1 "$rdir/vhostmqctl.err")"
-        untrack "$ctl_pid"
+        err=$(stats_window_wait) || fail "vhostmqctl stats: $err"
         # the sink's frames per RX queue since it started (the generator's
         # frames dominate: the sink's own burst went the other way)
         vmq_dpdk_port_stats "$sprefix" 0 >"$rdir/sink-queues.txt" || true
@@ -373,21 +297,10 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
     for flows in "${FLOW_LIST[@]}"; do
         read -r -a order <<<"$(rotated $((cell % ${#Q_LIST[@]})))"
         cell=$((cell + 1))
-        mem=$(run_mem)
+        mem=$(bench_mem "$DPDK_MB" 2)
         for q in "${order[@]}"; do
             run_one "$trial" "$flows" "$q" "$mem"
         done
     done
 done
-echo "finished_utc $(date -u +%FT%TZ) ($(vmq_elapsed "$T0") s)" >>"$OUT/meta.txt"
-
-"$VMQ_PY" "$HERE/flows_table.py" --meta "$OUT/meta.txt" --md "$OUT/table.md" "$RAW" >"$OUT/summary.txt"
-cat "$OUT/summary.txt"
-echo
-echo "raw: $RAW"
-echo "table: $OUT/table.md; logs: $OUT/logs; $(vmq_elapsed "$T0") s"
-if ((FAILED)); then
-    echo "flows: $FAILED of $NRUNS runs FAILED (status column of $RAW)"
-    exit 1
-fi
-echo "flows: all $NRUNS runs ok"
+bench_finish flows flows_table.py table.md

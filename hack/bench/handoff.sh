@@ -37,17 +37,7 @@ source "$HERE/../lib.sh"
 VMQ_TAG=bench-handoff
 
 RUNS=10 LOADS=none,cpu,vm,fault,fork,mixed,crowd ROLE=client WORK="" NICE=""
-while (($#)); do
-    case $1 in
-        --runs) RUNS=$2; shift 2 ;;
-        --loads) LOADS=$2; shift 2 ;;
-        --role) ROLE=$2; shift 2 ;;
-        --nice) NICE=$2; shift 2 ;;
-        --keep) WORK=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --runs=RUNS --loads=LOADS --role=ROLE --nice=NICE --keep=WORK -- "$@"
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || vmq_die "--runs must be a positive number"
 [[ -z $NICE || $NICE =~ ^-?[0-9]+$ ]] || vmq_die "--nice must be a number (-20..19)"
 [[ $ROLE =~ ^(server|client)$ ]] || vmq_die "--role must be server or client"
@@ -55,7 +45,7 @@ done
     vmq_die "--loads must name none, cpu, vm, fault, fork, mixed or crowd, comma-separated"
 vmq_need_root
 command -v stress-ng >/dev/null || vmq_die "stress-ng not found: hack/install-deps.sh installs it"
-if [[ -z $WORK ]]; then WORK=$(mktemp -d /tmp/vhostmq-bench-handoff.XXXXXX); else mkdir -p "$WORK"; WORK=$(cd "$WORK" && pwd); fi
+vmq_workdir vhostmq-bench-handoff
 vmq_init
 [[ $VMQ_BACKEND == dataplane ]] || vmq_die "the handoff is the dataplane's: VHOSTMQ_BACKEND must be dataplane"
 vmq_build_guest
@@ -126,9 +116,7 @@ for load in "${LOADLIST[@]}"; do
         fi
         line=$(grep -a -m1 'handoff done: serving' "$new_log")
         oline=$(grep -a -m1 'handoff done: the successor serves' "$old_log" || true)
-        f=$(dur "$(sed -n 's/.* sinceFreeze=\([^ ]*\).*/\1/p' <<<"$line")")
-        h=$(dur "$(sed -n 's/.* sinceHello=\([^ ]*\).*/\1/p' <<<"$line")")
-        p=$(dur "$(sed -n 's/.* pause=\([^ ]*\).*/\1/p' <<<"$oline")")
+        f=$(dur "$(vmq_kv "$line" sinceFreeze)") h=$(dur "$(vmq_kv "$line" sinceHello)") p=$(dur "$(vmq_kv "$oline" pause)")
         s=$(awk -v a="$(logtime "$(head -n1 "$new_log")")" -v b="$(logtime "$line")" 'BEGIN { printf "%.2f", (b - a) * 1000 }')
         frozen+=("$f") hello+=("$h") startsv+=("$s")
         ROWS+=("$load $r $f $p $h $s")

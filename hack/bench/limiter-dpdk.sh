@@ -60,21 +60,8 @@ source "$HERE/lib.sh"
 VMQ_TAG=limiter-dpdk
 
 SIZES="64 1500" RATES="1G 10G" WARMUP=1 WINDOW=3 CPUS=0,1 OUT="" RING=16384 TRIALS=1
-CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
-while (($#)); do
-    case $1 in
-        --sizes) SIZES=$2; shift 2 ;;
-        --rates) RATES=$2; shift 2 ;;
-        --warmup) WARMUP=$2; shift 2 ;;
-        --window) WINDOW=$2; shift 2 ;;
-        --cpus) CPUS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        --ring) RING=$2; shift 2 ;;
-        --trials) TRIALS=$2; shift 2 ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+vmq_args --sizes=SIZES --rates=RATES --warmup=WARMUP --window=WINDOW --cpus=CPUS --out=OUT --ring=RING \
+    --trials=TRIALS -- "$@"
 for s in $SIZES; do
     [[ $s =~ ^[0-9]+$ ]] || vmq_die "--sizes: '$s' is not a number"
     ((s >= 60 && s <= 1514)) || vmq_die "--sizes: '$s' must be 60..1514"
@@ -90,15 +77,10 @@ FE_CPU=${BASH_REMATCH[1]} DP_CPU=${BASH_REMATCH[2]}
 ((FE_CPU != DP_CPU && FE_CPU < $(nproc) && DP_CPU < $(nproc))) || vmq_die "--cpus $CPUS: two different CPUs of $(nproc)"
 
 vmq_need_root
-for c in dpdk-testpmd jq timeout stdbuf "$VMQ_PY"; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
-[[ -x $VMQ_DATAPLANE && -x $CTL ]] || vmq_die "$VMQ_DATAPLANE or $CTL missing: run 'make build'"
+vmq_need dpdk-testpmd jq timeout stdbuf "$VMQ_PY"
+[[ -x $VMQ_DATAPLANE && -x $VMQ_CTL ]] || vmq_die "$VMQ_DATAPLANE or $VMQ_CTL missing: run 'make build'"
 
-[[ -n $OUT ]] || OUT=$VMQ_REPO_ROOT/_output/bench/limiter-dpdk-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT/logs"
-OUT=$(cd "$OUT" && pwd)
-vmq_init
-WORK=$(mktemp -d /tmp/vmqlim.XXXXXX) # short: AF_UNIX paths
-vmq_track_path "$WORK"
+bench_setup limiter-dpdk- vmqlim
 MAC_A=02:76:6d:71:00:0a
 MAC_B=02:76:6d:71:00:0b
 NCASES=$((1 + 2 * $(wc -w <<<"$RATES")))
@@ -115,7 +97,7 @@ sched_ns() {
     local p
     for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done | awk '{ r += $1; w += $2 } END { printf "%.0f %.0f\n", r, w }'
 }
-ctl() { timeout 20 "$CTL" --socket "$WORK/api.sock" --timeout 10s "$@"; }
+VMQ_API=$WORK/api.sock # a link to the current dataplane's
 
 TABLE=$OUT/table.tsv
 printf 'trial\tsize\tdirection\tlimit\toffered_bps\tachieved_bps\tratio\ta_tx_bps\trx_frame_bytes\trate_limited_pps\tb_ring_drop_pps\tdp_cpu_pct\tdp_wait_pct\tfe_wait_pct\n' >"$TABLE"
@@ -145,7 +127,7 @@ EOF
     for n in a b; do
         m=$MAC_A
         [[ $n == b ]] && m=$MAC_B
-        timeout 20 "$CTL" --api-socket "$WORK/api.sock" --timeout 10s port add "$n" --socket "$sd/$n.sock" --role server \
+        vmq_ctl port add "$n" --socket "$sd/$n.sock" --role server \
             --mac "$m" --polling busy --port-security=false >>"$dir/ports.txt" || vmq_die "port add $n failed"
         vmq_wait_path "$sd/$n.sock" 30 "$dp_pid" || vmq_die "dataplane did not create $sd/$n.sock; see $dir/dataplane.log"
     done
@@ -173,19 +155,16 @@ EOF
     fe_real=("$(vmq_child "$tx_pid")" "$(vmq_child "$rx_pid")")
     local offered="" cases=(none:-) r
     for r in $RATES; do cases+=("egress:$r" "ingress:$r"); done
-    local c dirn lim id ctl_pid line
+    local c dirn lim id err line
     for c in "${cases[@]}"; do
         dirn=${c%%:*} lim=${c#*:} id=$size-$dirn-$lim
-        for n in a b; do ctl port bandwidth "$n" --clear >/dev/null || vmq_die "clearing $n's limits failed"; done
+        for n in a b; do vmq_ctl port bandwidth "$n" --clear >/dev/null || vmq_die "clearing $n's limits failed"; done
         case $dirn in
-            egress) ctl port bandwidth a --egress "$lim" >"$dir/$id.ctl" ;;
-            ingress) ctl port bandwidth b --ingress "$lim" >"$dir/$id.ctl" ;;
+            egress) vmq_ctl port bandwidth a --egress "$lim" >"$dir/$id.ctl" ;;
+            ingress) vmq_ctl port bandwidth b --ingress "$lim" >"$dir/$id.ctl" ;;
         esac
         sleep "$WARMUP"
-        timeout $((WINDOW + 20)) "$CTL" --socket "$WORK/api.sock" --timeout 10s -o json stats --interval "${WINDOW}s" \
-            >"$dir/$id.stats.json" 2>"$dir/$id.stats.err" &
-        ctl_pid=$!
-        vmq_track "$ctl_pid"
+        stats_window "$VMQ_API" "$WINDOW" "$dir/$id.stats.json"
         s0="$(sched_ns "$dp_real") $(sched_ns "${fe_real[@]}") $(vmq_now)"
         "$VMQ_PY" "$HERE/window.py" "$WINDOW" "dpdk:rx:$pb:1" "dpdk:tx:$pa:1" >"$dir/$id.window.json" 2>"$dir/$id.window.err" ||
             vmq_die "window measurement failed: $(tail -n 1 "$dir/$id.window.err")"
@@ -196,8 +175,7 @@ EOF
         local dpc dpw few
         read -r dpc dpw few < <(awk -v a="$s0" -v b="$s1" 'BEGIN { split(a, x, " "); split(b, y, " "); t = (y[5] - x[5]) * 1e9
             printf "%.0f %.1f %.1f\n", 100 * (y[1] - x[1]) / t, 100 * (y[2] - x[2]) / t, 100 * (y[4] - x[4]) / t }')
-        wait "$ctl_pid" || vmq_log "$id: vhostmqctl stats failed: $(tail -n 1 "$dir/$id.stats.err")"
-        untrack "$ctl_pid"
+        err=$(stats_window_wait) || vmq_log "$id: vhostmqctl stats failed: $err"
         line=$(jq -r --slurpfile v "$dir/$id.stats.json" '
             (.dpdk.rx | .ports[0].ibytes * 8 / .seconds | round) as $rx
             | (.dpdk.tx | .ports[0].obytes * 8 / .seconds | round) as $tx
@@ -218,7 +196,7 @@ EOF
         vmq_log "$(printf 'trial %s %5s B %-7s %-4s offered %12s achieved %12s ratio %-6s (dataplane waited %s%%)' \
             "$TRIAL" "$size" "$dirn" "$lim" "$offered" "$ach" "$ratio" "$dpw")"
     done
-    ctl stats -o wide --interval 0 >"$dir/final-stats.txt" 2>&1 || true
+    vmq_ctl stats -o wide --interval 0 >"$dir/final-stats.txt" 2>&1 || true
     stop_pid "$tx_pid"
     stop_pid "$rx_pid"
     stop_pid "$dp_pid" 12

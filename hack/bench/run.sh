@@ -50,6 +50,11 @@
 #   --cpus FE,BE    frontend and backend polling CPUs (default 0,1)
 #   --polling       vhostmq's ports' polling mode (default busy, as DPDK's)
 #   --seed-bursts K bursts of 32 frames per stream that seed a loop (default 8)
+#   --burst-stats   testpmd records its burst sizes (--record-burst-stats):
+#                   the frontend's (both backends) and DPDK's backend's
+#                   RX/TX burst spread, printed at stop into
+#                   logs/RUN/{frontend,backend}.log; vhostmq's own frames
+#                   per burst are in logs/RUN/vhostmq-stats.json
 #   --perf          also `perf record -g` the backend and the frontend during
 #                   each window: logs/RUN/perf-{be,fe}.data, top symbols in
 #                   logs/RUN/perf-{be,fe}.txt
@@ -71,35 +76,15 @@ source "$HERE/lib.sh"
 VMQ_TAG=bench
 
 TRIALS=5 DURATION=5 WARMUP=2 CONFIGS="" SMOKE=0 OUT="" BACKENDS="dpdk vhostmq"
-MEM=auto ROLE=server CPUS=0,1 POLLING=busy SEED=8 PERF=0
-CTL=${VHOSTMQ_CTL:-$VMQ_REPO_ROOT/bin/vhostmqctl}
-ARGS=("$@")
-while (($#)); do
-    case $1 in
-        --trials) TRIALS=$2; shift 2 ;;
-        --duration) DURATION=$2; shift 2 ;;
-        --warmup) WARMUP=$2; shift 2 ;;
-        --configs) CONFIGS+=" $2"; shift 2 ;;
-        --smoke) SMOKE=1; shift ;;
-        --out) OUT=$2; shift 2 ;;
-        --backends) BACKENDS=$2; shift 2 ;;
-        --mem) MEM=$2; shift 2 ;;
-        --role) ROLE=$2; shift 2 ;;
-        --cpus) CPUS=$2; shift 2 ;;
-        --polling) POLLING=$2; shift 2 ;;
-        --seed-bursts) SEED=$2; shift 2 ;;
-        --perf) PERF=1; shift ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument: $1 (see --help)" ;;
-    esac
-done
+MEM=auto ROLE=server CPUS=0,1 POLLING=busy SEED=8 PERF=0 BURSTS=0
+vmq_args --trials=TRIALS --duration=DURATION --warmup=WARMUP --configs+=CONFIGS --smoke:SMOKE=1 --out=OUT \
+    --backends=BACKENDS --mem=MEM --role=ROLE --cpus=CPUS --polling=POLLING --seed-bursts=SEED --perf:PERF=1 --burst-stats:BURSTS=1 -- "$@"
 if ((SMOKE)); then
     TRIALS=1 DURATION=1 WARMUP=1
     [[ -n ${CONFIGS// /} ]] || CONFIGS="g2h-64-q1 h2g-1500-q2 p2p-64-q2"
 fi
 
 # ---------------------------------------------------------------- arguments
-posint() { [[ $2 =~ ^[1-9][0-9]*$ ]] || vmq_die "$1 must be a positive integer, not '$2'"; }
 posint --trials "$TRIALS"
 posint --duration "$DURATION"
 posint --seed-bursts "$SEED"
@@ -141,22 +126,18 @@ done
 
 # ---------------------------------------------------------------- environment
 vmq_need_root
-for c in dpdk-testpmd jq timeout stdbuf mkfifo "$VMQ_PY"; do
-    command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"
-done
+vmq_need dpdk-testpmd jq timeout stdbuf mkfifo "$VMQ_PY"
 ((PERF == 0)) || command -v perf >/dev/null || vmq_die "--perf: perf missing (apt-get install linux-perf)"
 for b in "${BACKEND_LIST[@]}"; do
     if [[ $b == vhostmq ]]; then
         [[ -x $VMQ_DATAPLANE ]] || vmq_die "$VMQ_DATAPLANE not found: run 'make build' (or set VHOSTMQ_DATAPLANE)"
-        [[ -x $CTL ]] || vmq_die "$CTL not found: run 'make build' (or set VHOSTMQ_CTL)"
+        [[ -x $VMQ_CTL ]] || vmq_die "$VMQ_CTL not found: run 'make build' (or set VHOSTMQ_CTL)"
     fi
 done
 NCPU=$(nproc)
 ((FE_CPU < NCPU && BE_CPU < NCPU)) || vmq_die "--cpus $CPUS: this machine has $NCPU CPUs (nproc)"
 
-[[ -n $OUT ]] || OUT=$VMQ_REPO_ROOT/_output/bench/$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT/logs"
-OUT=$(cd "$OUT" && pwd)
+bench_setup "" vmqbench
 RAW=$OUT/raw.tsv
 # vhostmq's /metrics (Go runtime counters around each window)
 METRICS_PORT=${VHOSTMQ_BENCH_METRICS_PORT:-19473}
@@ -173,26 +154,12 @@ for line in body.splitlines():
 print(v["go_gc_duration_seconds_count"], v["go_memstats_mallocs_total"])
 PY
 }
-vmq_init
-# sockets live in a short private directory (AF_UNIX paths are short)
-WORK=$(mktemp -d /tmp/vmqbench.XXXXXX)
-vmq_track_path "$WORK"
-T0=$(vmq_now)
 
-DPDK_MB=256
 MAC_A=02:76:6d:71:00:0a
 MAC_B=02:76:6d:71:00:0b
 MAC_NOBODY=02:76:6d:71:00:ff
-RUN_BOUND=$((WARMUP + DURATION + 150)) # seconds any process of one run may live
-RUN_N=0
-FAILED=0
-
+bench_start
 {
-    echo "started_utc $(date -u +%FT%TZ)"
-    echo "command hack/bench/run.sh ${ARGS[*]}"
-    echo "trials $TRIALS"
-    echo "warmup_s $WARMUP"
-    echo "window_s $DURATION"
     echo "configs ${CFG_LIST[*]}"
     echo "backends ${BACKEND_LIST[*]}"
     echo "role $ROLE"
@@ -200,26 +167,12 @@ FAILED=0
     echo "vhostmq_polling $POLLING"
     echo "seed_bursts $SEED"
     echo "mem $MEM"
-    echo "git $(git -C "$VMQ_REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$VMQ_REPO_ROOT" diff --quiet HEAD -- dataplane cmd 2>/dev/null || echo ' (dataplane/ or cmd/ modified)')"
-    echo "dataplane $VMQ_DATAPLANE"
-    echo "dpdk $(dpkg-query -W -f='${Version}' dpdk-dev 2>/dev/null || echo '?')"
-    echo "kernel $(uname -r)"
-    echo "cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-    echo "psi_cpu_at_start $(vmq_cpu_psi)"
-} >"$OUT/meta.txt"
+    bench_meta_machine
+} >>"$OUT/meta.txt"
 
 printf '%s\n' "trial	config	backend	mpps	cpu_pct	be_mpps	fe_cpu_pct	psi_some_avg10	busy_pct	be_drop_pps	src_drop_pct	window_s	mem	started_utc	status	gc_cycles	mallocs_per_frame" >"$RAW"
 
 # ---------------------------------------------------------------- helpers
-mem_args() { # mem_args MODE: EAL memory words
-    if [[ $1 == huge ]]; then echo "-m $DPDK_MB --single-file-segments"; else echo "--no-huge -m $DPDK_MB"; fi
-}
-pair_mem() { # memory mode of the next dpdk/vhostmq pair
-    case $MEM in
-        huge | nohuge) echo "$MEM" ;;
-        auto) if (($(vmq_free_hugepages) * 2 >= 2 * (DPDK_MB + 64))); then echo huge; else echo nohuge; fi ;;
-    esac
-}
 # src_drop_pct LOG: TX-dropped / TX-total (%) in the last "Accumulated
 # forward statistics" block testpmd printed (at stop or exit)
 src_drop_pct() {
@@ -234,13 +187,9 @@ run_one() {
     local trial=$1 cfg=$2 be=$3 mem=$4
     [[ $cfg =~ ^(g2h|h2g|p2p|p2p1)-([0-9]+)-q([0-9]+)$ ]]
     local topo=${BASH_REMATCH[1]} size=${BASH_REMATCH[2]} q=${BASH_REMATCH[3]}
-    RUN_N=$((RUN_N + 1))
     local id rdir sdir started
     id=$(printf 't%02d-%s-%s' "$trial" "$cfg" "$be")
-    rdir=$OUT/logs/$id
-    sdir=$WORK/r$RUN_N
-    mkdir -p "$rdir" "$sdir"
-    started=$(date -u +%FT%TZ)
+    bench_run "$id"
 
     # what the frontend does and what is counted
     local nports=2 fe_mode=io seed=both
@@ -259,8 +208,9 @@ run_one() {
     [[ $ROLE == client ]] && client=1 vserver=1
 
     local be_pid="" be_real="" fe_pid="" fe_real="" fefd="" status=ok
-    local -a memw
-    read -r -a memw <<<"$(mem_args "$mem")"
+    local -a memw burst_args=()
+    ((BURSTS)) && burst_args=(--record-burst-stats)
+    read -r -a memw <<<"$(bench_mem_args "$mem" "$DPDK_MB")"
 
     # --- backend command
     local -a be_cmd
@@ -273,7 +223,7 @@ run_one() {
         be_cmd=(stdbuf -oL dpdk-testpmd -l "$FE_CPU,$BE_CPU" --main-lcore "$FE_CPU" --no-pci "${memw[@]}"
             --file-prefix="$bprefix" "${vdevs[@]}" -- --nb-cores=1 --rxq="$q" --txq="$q"
             --forward-mode="$be_mode" --txpkts="$size" --txonly-multi-flow --total-num-mbufs=32768
-            --stats-period=3600)
+            --stats-period=3600 "${burst_args[@]}")
     else
         local names=(a b) macs=("$MAC_A" "$MAC_B") i sec=true
         # the p2p frontend forwards (io) what each port received out of the
@@ -306,7 +256,7 @@ run_one() {
     local -a fe_cmd=(stdbuf -oL dpdk-testpmd -l "$FE_CPU,$BE_CPU" --main-lcore "$BE_CPU" --no-pci "${memw[@]}"
         --file-prefix="$fprefix" "${fvdevs[@]}" -- -i --no-flush-rx --nb-cores=1 --rxq="$q" --txq="$q"
         --forward-mode="$fe_mode" --txpkts="$size" --txonly-multi-flow --total-num-mbufs=32768
-        --eth-peer=0,"$peer0" --eth-peer=1,"$MAC_A")
+        --eth-peer=0,"$peer0" --eth-peer=1,"$MAC_A" "${burst_args[@]}")
     printf '%q ' "${fe_cmd[@]}" >"$rdir/frontend.cmd"
     echo >>"$rdir/frontend.cmd"
 
@@ -384,13 +334,10 @@ run_one() {
         sleep "$WARMUP"
         local -a specs=("dpdk:fe:$fprefix:$nports" "proc:fe:$fe_real" "proc:be:$be_real")
         [[ $be == dpdk ]] && specs+=("dpdk:be:$bprefix:$nports")
-        local ctl_pid="" m0=""
+        local m0="" err
         [[ $be == vhostmq ]] && m0=$(go_runtime_counters)
         if [[ $be == vhostmq ]]; then
-            timeout $((DURATION + 20)) "$CTL" --socket "$sdir/api.sock" --timeout 10s -o json stats --interval "${DURATION}s" \
-                >"$rdir/vhostmq-stats.json" 2>"$rdir/vhostmqctl.err" &
-            ctl_pid=$!
-            vmq_track "$ctl_pid"
+            stats_window "$sdir/api.sock" "$DURATION" "$rdir/vhostmq-stats.json"
         fi
         local perf_pids=() side pid
         if ((PERF)); then
@@ -406,9 +353,8 @@ run_one() {
         if ! "$VMQ_PY" "$HERE/window.py" "$DURATION" "${specs[@]}" >"$rdir/window.json" 2>"$rdir/window.err"; then
             fail "window measurement: $(tail -n 1 "$rdir/window.err")"
         fi
-        if [[ -n $ctl_pid ]]; then
-            wait "$ctl_pid" || fail "vhostmqctl stats: $(tail -n 1 "$rdir/vhostmqctl.err")"
-            untrack "$ctl_pid"
+        if [[ $be == vhostmq ]]; then
+            err=$(stats_window_wait) || fail "vhostmqctl stats: $err"
         fi
         [[ $be == vhostmq ]] && echo "$m0 $(go_runtime_counters)" >"$rdir/go-runtime.txt"
         for pid in "${perf_pids[@]}"; do
@@ -418,13 +364,8 @@ run_one() {
     fi
     phase window_done
     # --- stop: the frontend first (it prints its forward statistics), then the backend
-    if [[ -n $fe_pid ]] && vmq_alive "$fe_pid"; then
-        printf 'stop\nquit\n' >&"$fefd" || true
-        local end=$((SECONDS + 15))
-        while vmq_alive "$fe_pid" && ((SECONDS < end)); do sleep 0.1; done
-    fi
+    quit_testpmd "$fe_pid" "$fefd"
     exec {fefd}>&-
-    stop_pid "$fe_pid"
     phase frontend_stopped
     [[ $VMQ_RC == 0 || $status != ok ]] || fail "frontend testpmd exited with status $VMQ_RC"
     stop_pid "$be_pid" 12
@@ -498,21 +439,10 @@ for ((trial = 1; trial <= TRIALS; trial++)); do
         for ((i = ${#BACKEND_LIST[@]} - 1; i >= 0; i--)); do order+=("${BACKEND_LIST[i]}"); done
     fi
     for cfg in "${CFG_LIST[@]}"; do
-        mem=$(pair_mem)
+        mem=$(bench_mem "$DPDK_MB" 2)
         for be in "${order[@]}"; do
             run_one "$trial" "$cfg" "$be" "$mem"
         done
     done
 done
-echo "finished_utc $(date -u +%FT%TZ) ($(vmq_elapsed "$T0") s)" >>"$OUT/meta.txt"
-
-"$VMQ_PY" "$HERE/summary.py" --meta "$OUT/meta.txt" --md "$OUT/summary.md" "$RAW" >"$OUT/summary.txt"
-cat "$OUT/summary.txt"
-echo
-echo "raw: $RAW"
-echo "summary: $OUT/summary.txt (markdown: $OUT/summary.md); logs: $OUT/logs; $(vmq_elapsed "$T0") s"
-if ((FAILED)); then
-    echo "bench: $FAILED of $NRUNS runs FAILED (status column of $RAW)"
-    exit 1
-fi
-echo "bench: all $NRUNS runs ok"
+bench_finish bench summary.py summary.md

@@ -208,6 +208,19 @@ write_pki() {
     # one static cluster-admin token (group system:masters) for every client
     echo "$token,admin,admin,system:masters" >"$pki/tokens.csv"
     chmod 600 "$pki/tokens.csv"
+    # the aggregation layer's front proxy (kubeadm's front-proxy-ca and
+    # front-proxy-client): the API server forwards a request for an
+    # aggregated API (KubeVirt's subresources: virtctl console) with this
+    # client certificate and the user in X-Remote-User; the API server
+    # publishes the CA in kube-system/extension-apiserver-authentication,
+    # where virt-api reads it
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=front-proxy-ca \
+        -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj /CN=front-proxy-client \
+        -keyout "$pki/front-proxy-client.key" -out "$pki/front-proxy-client.csr" 2>/dev/null
+    openssl x509 -req -days 3650 -in "$pki/front-proxy-client.csr" -CA "$pki/front-proxy-ca.crt" \
+        -CAkey "$pki/front-proxy-ca.key" -CAcreateserial -extfile <(echo extendedKeyUsage=clientAuth) \
+        -out "$pki/front-proxy-client.crt" 2>/dev/null
     cat >"$VMQC_KUBECONFIG" <<EOF
 apiVersion: v1
 kind: Config
@@ -274,6 +287,14 @@ state = "$state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN"
     conf_dir = "$CNI_CONF"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$VMQC_REGISTRY_HOSTS"
+EOF
+    mkdir -p "$VMQC_REGISTRY_HOSTS/$VMQC_REGISTRY"
+    cat >"$VMQC_REGISTRY_HOSTS/$VMQC_REGISTRY/hosts.toml" <<EOF
+server = "http://$VMQC_REGISTRY"
+[host."http://$VMQC_REGISTRY"]
+  capabilities = ["pull", "resolve"]
 EOF
 }
 
@@ -556,7 +577,13 @@ cmd_up() {
         --service-account-key-file "$VMQC_DATA/pki/sa.pub" \
         --service-account-signing-key-file "$VMQC_DATA/pki/sa.key" \
         --allow-privileged=true \
-        --kubelet-preferred-address-types InternalIP
+        --kubelet-preferred-address-types InternalIP \
+        --requestheader-client-ca-file "$VMQC_DATA/pki/front-proxy-ca.crt" \
+        --requestheader-allowed-names front-proxy-client \
+        --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+        --requestheader-extra-headers-prefix X-Remote-Extra- \
+        --proxy-client-cert-file "$VMQC_DATA/pki/front-proxy-client.crt" \
+        --proxy-client-key-file "$VMQC_DATA/pki/front-proxy-client.key"
     wait_for kube-apiserver 90 vmqc_kubectl get --raw /readyz
 
     start_proc kube-scheduler "$VMQC_BIN/kube-scheduler" \

@@ -6,15 +6,26 @@
 # applied; then `go test -tags e2e ./test/e2e/` asserts everything, and the
 # end takes down what this script brought up.
 #
-# Usage: hack/cluster/e2e.sh [--keep] [--label-filter EXPR] [-- GINKGO_ARGS...]
+# Usage: hack/cluster/e2e.sh [--keep] [--cni] [--label-filter EXPR] [-- GINKGO_ARGS...]
 #   --keep               leave the cluster and the objects up
-#   --label-filter EXPR  the specs to run (Ginkgo labels: deviceplugin)
+#   --cni                the node's CNI is multus-lite (hack/cluster/multus-lite,
+#                        a Multus stand-in) delegating to vhostmq-cni, both
+#                        from $VHOSTMQ_TEST_CNI_DIR; the NAD CRD and the NAD
+#                        vhu-net applied; the guest image (hack/guest) and helm
+#                        built: what the cni specs need (test-cni.sh). A
+#                        cluster that is up must have been started so.
+#   --label-filter EXPR  the specs to run (Ginkgo labels: deviceplugin, cni)
 #   GINKGO_ARGS          passed on, e.g. -- -ginkgo.focus '\(c\)'
 # Environment:
 #   VHOSTMQ_TEST_BIN_DIR   folder with static vhostmq-dataplane, vhostmqctl and
-#                          vhostmq-deviceplugin (default: built from ./cmd/...
-#                          with CGO_ENABLED=0 into a temporary folder)
+#                          vhostmq-deviceplugin, with --cni also vhostmq-cni
+#                          and multus-lite (default: built from ./cmd/... and
+#                          ./hack/cluster/multus-lite with CGO_ENABLED=0 into
+#                          a temporary folder)
 #   VHOSTMQ_DEVICEPLUGIN   a device-plugin binary to use instead (a stand-in)
+#   VHOSTMQ_TEST_CNI_DIR=/run/vhostmq-test-cni   --cni: the CNI binaries and
+#                          conflists the node uses, multus-lite's state
+#                          (kept with --keep, removed after down)
 #   VHOSTMQ_E2E_LOGS       the run's folder: diagnostics of failed specs,
 #                          saved logs, junit.xml (default
 #                          $VHOSTMQ_CLUSTER_LOGS/e2e/<UTC time>)
@@ -25,20 +36,13 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 VMQ_TAG=e2e
 
-KEEP=0 LABELS="" GINKGO_ARGS=()
-while (($#)); do
-    case $1 in
-        --keep) KEEP=1 ;;
-        --label-filter) LABELS=${2:?--label-filter needs an expression}; shift ;;
-        --) shift; GINKGO_ARGS=("$@"); break ;;
-        -h | --help) vmq_usage "$0"; exit 0 ;;
-        *) vmq_die "unknown argument $1 (see --help)" ;;
-    esac
-    shift
-done
+KEEP=0 CNI=0 LABELS=""
+vmq_args --keep:KEEP=1 --cni:CNI=1 --label-filter=LABELS -- "$@"
+GINKGO_ARGS=("${VMQ_REST[@]}")
 IMAGE=localhost/vhostmq:dev
 MANIFEST=$HERE/manifests/vhostmq.yaml
-we_started=0
+TDIR=${VHOSTMQ_TEST_CNI_DIR:-/run/vhostmq-test-cni}
+we_started=0 crd_made=0
 work=$(mktemp -d)
 export VHOSTMQ_E2E_LOGS=${VHOSTMQ_E2E_LOGS:-$VMQC_LOGS/e2e/$(date -u +%Y%m%dT%H%M%SZ)}
 
@@ -50,10 +54,13 @@ cleanup() {
     if ((KEEP)); then
         vmq_log "--keep: leaving the cluster and the test objects up"
     elif ((we_started)); then
-        "$HERE/cluster.sh" down
+        "$HERE/cluster.sh" down # pods first: CNI DEL needs $TDIR
+        ((CNI)) && rm -rf "$TDIR"
     elif vmqc_is_up; then
         k delete pod -l app=vhostmq-test --grace-period 1 --wait=true --timeout 60s >/dev/null 2>&1
+        ((CNI)) && k delete network-attachment-definitions.k8s.cni.cncf.io vhu-net --ignore-not-found --timeout 30s >/dev/null 2>&1
         k delete -f "$MANIFEST" --ignore-not-found --wait=true --timeout 60s >/dev/null 2>&1
+        ((crd_made)) && k delete -f "$HERE/manifests/nad-crd.yaml" --ignore-not-found --timeout 30s >/dev/null 2>&1
     fi
     rm -rf "$work"
     exit "$rc"
@@ -67,15 +74,18 @@ t0=$(vmq_now)
 # ------------------------------------------------------------------ binaries
 bins=$work/bin
 mkdir -p "$bins"
+want=(vhostmq-dataplane vhostmq-deviceplugin vhostmqctl) pkgs=(./cmd/...)
+((CNI)) && want+=(vhostmq-cni multus-lite) pkgs+=(./hack/cluster/multus-lite)
 if [[ -n ${VHOSTMQ_TEST_BIN_DIR:-} ]]; then
     cp "$VHOSTMQ_TEST_BIN_DIR"/vhostmq* "$bins/"
+    ((CNI)) && cp "$VHOSTMQ_TEST_BIN_DIR"/multus-lite "$bins/"
 else
-    vmq_log "building ./cmd/... (CGO_ENABLED=0) into $bins"
-    (cd "$VMQ_REPO_ROOT" && CGO_ENABLED=0 timeout 900 go build -trimpath -o "$bins/" ./cmd/...) ||
-        vmq_die "go build ./cmd/... failed"
+    vmq_log "building ${pkgs[*]} (CGO_ENABLED=0) into $bins"
+    (cd "$VMQ_REPO_ROOT" && CGO_ENABLED=0 timeout 900 go build -trimpath -o "$bins/" "${pkgs[@]}") ||
+        vmq_die "go build ${pkgs[*]} failed"
 fi
 [[ -n ${VHOSTMQ_DEVICEPLUGIN:-} ]] && cp "$VHOSTMQ_DEVICEPLUGIN" "$bins/vhostmq-deviceplugin"
-for b in vhostmq-dataplane vhostmq-deviceplugin vhostmqctl; do
+for b in "${want[@]}"; do
     [[ -x $bins/$b ]] || vmq_die "$b was not built (is cmd/$b there? VHOSTMQ_DEVICEPLUGIN=PATH uses a stand-in)"
     vmqc_check_static "$bins/$b"
 done
@@ -83,10 +93,48 @@ done
 vmq_log "building the e2e specs (go test -c -tags e2e ./test/e2e/)"
 (cd "$VMQ_REPO_ROOT" && timeout 900 go test -c -tags e2e -o "$work/e2e.test" ./test/e2e/) ||
     vmq_die "building test/e2e failed"
+if ((CNI)); then
+    # the guests' QEMU is the host's; the chart checks need helm
+    for c in qemu-system-x86_64 jq; do command -v "$c" >/dev/null || vmq_die "$c missing: run hack/install-deps.sh"; done
+    vmq_build_guest # hack/guest/build.sh into _output/guest (a no-op when up to date)
+    vmq_guest_env
+    [[ -n ${GUEST_VMLINUX:-} && -f $GUEST_VMLINUX ]] || vmq_die "the guest image has no vmlinux (hack/guest/build.sh)"
+    export VHOSTMQ_E2E_GUEST_IMAGE=${GUEST_VMLINUX%/*}
+    export VHOSTMQ_E2E_HELM=${VHOSTMQ_TOOLS:-/var/cache/vhostmq/tools}/helm-v3.22.0
+    [[ -x $VHOSTMQ_E2E_HELM ]] || "$HERE/../manifests.sh" >/dev/null
+fi
+
+# install_cni: the CNI binaries the node runs, replaced atomically (the
+# cluster's CNI bin folder links to them)
+install_cni() {
+    local b
+    mkdir -p "$TDIR/bin" "$TDIR/state"
+    for b in multus-lite vhostmq-cni; do
+        cp "$bins/$b" "$TDIR/bin/.$b.new"
+        mv -f "$TDIR/bin/.$b.new" "$TDIR/bin/$b"
+    done
+}
 
 # ------------------------------------------------------------------ cluster
+# --cni: multus-lite's own conflist (the only one in the node's CNI folder)
+# and the default network it delegates to, the bridge + host-local
+# conflist cluster.sh writes when it is not given one
 if vmqc_is_up; then
     vmq_log "using the cluster that is up"
+    if ((CNI)); then
+        if ! grep -qs "\"clusterNetwork\": \"$TDIR/default.conflist\"" "$VMQC_RUN/cni/net.d/00-multus-lite.conflist" ||
+            [[ $(readlink "$VMQC_RUN/cni/bin/vhostmq-cni") != "$TDIR/bin/vhostmq-cni" ]]; then
+            vmq_die "the cluster that is up does not run multus-lite from $TDIR as its CNI; take it down ($HERE/cluster.sh down) and run this again"
+        fi
+        install_cni
+    fi
+elif ((CNI)); then
+    rm -rf "$TDIR"
+    install_cni
+    vmqc_multus_lite_conflists "$TDIR" "$VMQC_LOGS/multus-lite.log"
+    we_started=1
+    VHOSTMQ_CLUSTER_CNI_CONFLIST=$TDIR/00-multus-lite.conflist \
+        VHOSTMQ_CLUSTER_CNI_PLUGINS="$TDIR/bin/multus-lite $TDIR/bin/vhostmq-cni" "$HERE/cluster.sh" up
 else
     we_started=1
     "$HERE/cluster.sh" up
@@ -97,6 +145,11 @@ k delete -f "$MANIFEST" --ignore-not-found --wait=true --timeout 90s >/dev/null
 "$HERE/images.sh" --bundle "$IMAGE" "$bins"/vhostmq*
 vmqc_ctr images ls -q | grep -x "$VMQC_BUSYBOX_IMAGE" >/dev/null || vmqc_import "$VMQC_IMAGES/busybox.tar"
 k apply -f "$MANIFEST" >/dev/null
+if ((CNI)); then
+    k get crd network-attachment-definitions.k8s.cni.cncf.io >/dev/null 2>&1 || crd_made=1
+    vmqc_apply_nad vhostmq.io/queue-pairs
+    export VHOSTMQ_E2E_CNI_DIR=$TDIR VHOSTMQ_E2E_MULTUS_LOG=$VMQC_LOGS/multus-lite.log
+fi
 t_up=$(vmqc_secs "$t0")
 
 # ------------------------------------------------------------------ specs

@@ -58,6 +58,11 @@ VMQC_N2_RUN=$VMQC_RUN/node2       # its containerd socket and state, mount ns fi
 VMQC_N2_DATA=$VMQC_DATA/node2     # its containerd root, kubelet root, per-node host folders
 VMQC_N2_CTR_SOCK=$VMQC_N2_RUN/containerd/containerd.sock
 VMQC_N2_MNT=$VMQC_N2_RUN/ns/mnt
+# a registry at the first node's address (hack/kubevirt/test-install.sh starts
+# one there): every node's containerd pulls from it over plain HTTP, as its
+# hosts.toml under VMQC_REGISTRY_HOSTS (containerd's config_path) says
+VMQC_REGISTRY=$VMQC_NODE_IP:5000
+VMQC_REGISTRY_HOSTS=$VMQC_DATA/registry-hosts
 VMQC_PAUSE_IMAGE=localhost/vhostmq/pause:dev
 VMQC_BUSYBOX_IMAGE=localhost/vhostmq/busybox:dev
 

@@ -874,3 +874,55 @@ func distance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// ---- (d) alerts ----
+
+const (
+	alertRules = "charts/vhostmq/files/alerts.yaml"
+	runbooks   = "docs/operations/monitoring.md"
+)
+
+var (
+	alertRule    = regexp.MustCompile(`^\s*-\s*alert:\s*(\S+)\s*$`)
+	runbookTitle = regexp.MustCompile(`^###\s+(\S+)\s*$`)
+)
+
+// TestAlertsHaveRunbooks: every alert the chart ships has a runbook (a
+// "### Name" section of the monitoring page), and every runbook names an
+// alert the chart ships.
+func TestAlertsHaveRunbooks(t *testing.T) {
+	r := load(t)
+	rules, err := readMarkdown(r.root, alertRules) // lines are lines
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := readMarkdown(r.root, runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(f *mdFile, re *regexp.Regexp) map[string]int {
+		out := map[string]int{}
+		for i, l := range f.lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				out[m[1]] = i + 1
+			}
+		}
+		return out
+	}
+	alerts, books := find(rules, alertRule), find(page, runbookTitle)
+	if len(alerts) == 0 {
+		t.Fatalf("no '- alert:' rule found in %s: has its layout changed?", alertRules)
+	}
+	var fails failures
+	for name, line := range alerts {
+		if _, ok := books[name]; !ok {
+			fails.add(alertRules, line, "alert %s has no runbook (a '### %s' section in %s)", name, name, runbooks)
+		}
+	}
+	for name, line := range books {
+		if _, ok := alerts[name]; !ok {
+			fails.add(runbooks, line, "runbook %s: the chart ships no such alert%s", name, closest(name, keys(alerts)))
+		}
+	}
+	fails.report(t, "alerts without runbooks or runbooks without alerts")
+}

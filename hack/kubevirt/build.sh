@@ -11,7 +11,8 @@
 #   bin/v1.7.0/        virt-operator, -api, -controller, -handler, -launcher,
 #                      -launcher-monitor, -chroot, -freezer, -probe, -tail
 #                      (cgo, dynamically linked against glibc and libvirt: the
-#                      images are Debian) and container-disk (static C)
+#                      images are Debian), container-disk (static C) and
+#                      virtctl (the host's client, not in the images)
 #   bin/kube-proxy-v1.37.2   the node (hack/cluster) runs none; KubeVirt needs
 #                      Service IPs (its webhooks, the API from pods)
 #   scratch/v1.7.0/, scratch/k8s-v1.37.2/   the build modules
@@ -38,12 +39,7 @@ VMQ_TAG=kubevirt-build
 BUILD_TIMEOUT=${VHOSTMQ_KUBEVIRT_BUILD_TIMEOUT:-3000}
 
 FORCE=0
-case ${1:-} in
-    -f) FORCE=1 ;;
-    "") ;;
-    -h | --help) vmq_usage "$0"; exit 0 ;;
-    *) vmq_die "unknown argument $1 (see --help)" ;;
-esac
+vmq_args -f:FORCE=1 -- "$@"
 vmq_need_root
 command -v go >/dev/null || vmq_die "go is not installed"
 
@@ -62,10 +58,21 @@ install_deps() {
 
 build_kubevirt() {
     local mod=$VMKV_CACHE/scratch/$KV_VERSION out=$VMKV_CACHE/bin/.build-$KV_VERSION.$$ kvmod gover c
-    local pkgs=() ldflags vpkg=kubevirt.io/client-go/version t0 src
+    local pkgs=() ldflags vpkg=kubevirt.io/client-go/version t0 src tools
     t0=$(vmq_now)
     mkdir -p "$mod" "$VMKV_BIN"
-    if [[ ! -f $mod/go.sum ]] || ! grep -q "kubevirt.io/kubevirt $KV_VERSION" "$mod/go.mod" 2>/dev/null; then
+    # blank imports, so that `go mod tidy` keeps what we build
+    tools=$(
+        echo "//go:build tools"
+        echo
+        echo "package tools"
+        echo
+        echo "import ("
+        for c in "${VMKV_COMPONENTS[@]}" "${VMKV_TOOLS[@]}"; do printf '\t_ "kubevirt.io/kubevirt/cmd/%s"\n' "$c"; done
+        echo ")"
+    )
+    if [[ ! -f $mod/go.sum || $(cat "$mod/tools.go" 2>/dev/null) != "$tools" ]] ||
+        ! grep -q "kubevirt.io/kubevirt $KV_VERSION" "$mod/go.mod" 2>/dev/null; then
         kvmod=$(cd "$mod" && timeout 600 go mod download -json "kubevirt.io/kubevirt@$KV_VERSION" |
             sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
         [[ -f $kvmod ]] || vmq_die "could not download kubevirt.io/kubevirt@$KV_VERSION (the proxy serves v1.7.0; newer ones have refused dependencies)"
@@ -83,26 +90,17 @@ build_kubevirt() {
             printf '\tkubevirt.io/client-go => kubevirt.io/client-go %s\n' "$KV_VERSION"
             echo ")"
         } >"$mod/go.mod"
-        # blank imports, so that `go mod tidy` keeps what we build
-        {
-            echo "//go:build tools"
-            echo
-            echo "package tools"
-            echo
-            echo "import ("
-            for c in "${VMKV_COMPONENTS[@]}"; do printf '\t_ "kubevirt.io/kubevirt/cmd/%s"\n' "$c"; done
-            echo ")"
-        } >"$mod/tools.go"
+        echo "$tools" >"$mod/tools.go"
         rm -f "$mod/go.sum"
         vmq_log "go mod tidy (the dependency graph of kubevirt.io/kubevirt $KV_VERSION)"
         (cd "$mod" && timeout 900 go mod tidy) || vmq_die "go mod tidy failed in $mod"
     fi
-    for c in "${VMKV_COMPONENTS[@]}"; do pkgs+=("kubevirt.io/kubevirt/cmd/$c"); done
+    for c in "${VMKV_COMPONENTS[@]}" "${VMKV_TOOLS[@]}"; do pkgs+=("kubevirt.io/kubevirt/cmd/$c"); done
     # the version stamp of KubeVirt's hack/version.sh
     ldflags="-s -w -X $vpkg.gitVersion=$KV_VERSION -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     rm -rf "$out"
     mkdir -p "$out"
-    vmq_log "go build ${VMKV_COMPONENTS[*]} (cgo, tags selinux; ~3 min on 2 idle cores)"
+    vmq_log "go build ${VMKV_COMPONENTS[*]} ${VMKV_TOOLS[*]} (cgo, tags selinux; ~3 min on 2 idle cores)"
     # one go build for all: the shared packages compile once
     (cd "$mod" && CGO_ENABLED=1 timeout "$BUILD_TIMEOUT" go build -trimpath -tags selinux -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") ||
         { rm -rf "$out"; vmq_die "building KubeVirt failed"; }
@@ -110,7 +108,7 @@ build_kubevirt() {
     src=$(cd "$mod" && go list -m -f '{{.Dir}}' kubevirt.io/kubevirt)/cmd/container-disk-v2alpha/main.c
     [[ -f $src ]] || vmq_die "no $src"
     gcc -static -O2 -o "$out/container-disk" "$src" || vmq_die "building container-disk failed"
-    for c in "${VMKV_COMPONENTS[@]}" container-disk; do mv -f "$out/$c" "$VMKV_BIN/$c"; done
+    for c in "${VMKV_COMPONENTS[@]}" "${VMKV_TOOLS[@]}" container-disk; do mv -f "$out/$c" "$VMKV_BIN/$c"; done
     rm -rf "$out"
     T_KV=$(vmqc_secs "$t0")
     vmq_log "built KubeVirt $KV_VERSION in $T_KV s into $VMKV_BIN ($(du -sh "$VMKV_BIN" | cut -f1))"
@@ -157,14 +155,14 @@ build_kube_proxy() {
     vmq_log "built kube-proxy in $T_KP s: $("$VMKV_KUBE_PROXY" --version 2>&1)"
 }
 
-vmkv_lock 3600
+vmkv_lock build 3600
 T0=$(vmq_now) T_KV=0 T_KP=0
 if ((FORCE == 0)) && vmkv_have_binaries; then
     vmq_log "KubeVirt $KV_VERSION and kube-proxy $K8S_VERSION are cached in $VMKV_CACHE/bin"
 else
     install_deps
     kv_missing=0
-    for c in "${VMKV_COMPONENTS[@]}" container-disk; do [[ -x $VMKV_BIN/$c ]] || kv_missing=1; done
+    for c in "${VMKV_COMPONENTS[@]}" "${VMKV_TOOLS[@]}" container-disk; do [[ -x $VMKV_BIN/$c ]] || kv_missing=1; done
     if ((FORCE || kv_missing)); then build_kubevirt; fi
     if ((FORCE)) || [[ ! -x $VMKV_KUBE_PROXY ]]; then build_kube_proxy; fi
 fi

@@ -57,51 +57,30 @@ source "$HERE/lib.sh"
 VMQ_TAG=kubevirt-images
 
 FORCE=0
-case ${1:-} in
-    -f) FORCE=1 ;;
-    "") ;;
-    -h | --help) vmq_usage "$0"; exit 0 ;;
-    *) vmq_die "unknown argument $1 (see --help)" ;;
-esac
+vmq_args -f:FORCE=1 -- "$@"
 vmq_need_root
 SUITE=${VHOSTMQ_KUBEVIRT_LIBVIRT_SUITE:-bookworm-backports}
-host_mirror() { # the host's own Debian mirror (deb822 URIs: or a deb line), not security
-    {
-        grep -h -E '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{ print $2 }'
-        grep -h -E '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{ print $2 }'
-    } | grep -v -e security -e nodesource -e google | grep -m1 '/debian/\?$' || true
-}
-MIRROR=${VHOSTMQ_DEBIAN_MIRROR:-$(host_mirror)}
-MIRROR=${MIRROR%/}
-[[ -n $MIRROR ]] || vmq_die "no Debian mirror in the host's apt sources; set VHOSTMQ_DEBIAN_MIRROR"
-BASE=$VMKV_ROOTFS/base
+MIRROR=$(vmkv_debian_mirror)
+BASE=$VMKV_BASE
 PKGS_ROOT=$VMKV_ROOTFS/pkgs-$SUITE
 ROOT=$VMKV_ROOTFS/kubevirt-$KV_VERSION
 LV_PKGS=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils)
 # libvirt-daemon-log (virtlogd) is a package of its own from 11.x on
 [[ $SUITE == bookworm ]] || LV_PKGS+=(libvirt-daemon-log)
-# what virt-handler and virt-launcher call: ip, nft, iptables, mount, ps
-TOOL_PKGS=(procps iproute2 nftables iptables ca-certificates kmod util-linux)
+# what virt-handler and virt-launcher call: ip, nft, iptables, mount, ps,
+# xorrisofs (virt-launcher makes a cloudInitNoCloud volume's ISO with it)
+TOOL_PKGS=(procps iproute2 nftables iptables ca-certificates kmod util-linux xorriso)
 T0=$(vmq_now) T_BASE=0 T_PKGS=0 T_KV=0 T_GUEST=0
 
-for p in debootstrap:debootstrap setcap:libcap2-bin cpio:cpio; do
-    command -v "${p%%:*}" >/dev/null && continue
-    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends "${p#*:}" >/dev/null ||
-        vmq_die "apt-get install ${p#*:} failed"
-done
+vmkv_host_tools debootstrap:debootstrap setcap:libcap2-bin cpio:cpio
 vmkv_lock images 3600
 mkdir -p "$VMKV_ROOTFS" "$VMKV_IMAGES"
 
 # ------------------------------------------------------------------ 1. Debian base
-if [[ ! -x $BASE/usr/bin/apt-get || ! -f $BASE/.complete ]]; then
+if ! vmkv_have_base; then
     t=$(vmq_now)
-    rm -rf "$BASE"
-    vmq_log "debootstrap --variant=minbase bookworm from $MIRROR"
-    timeout 900 debootstrap --variant=minbase bookworm "$BASE" "$MIRROR" >"$VMKV_ROOTFS/debootstrap.log" 2>&1 ||
-        { tail -n 20 "$VMKV_ROOTFS/debootstrap.log" >&2; vmq_die "debootstrap failed (log $VMKV_ROOTFS/debootstrap.log)"; }
-    touch "$BASE/.complete"
+    vmkv_debian_base "$MIRROR"
     T_BASE=$(vmqc_secs "$t")
-    vmq_log "debootstrap: $T_BASE s"
 fi
 
 # ------------------------------------------------------------------ 2. packages
@@ -251,28 +230,9 @@ if ((FORCE)) || [[ ! -s $VMKV_GUEST_TAR || $(cat "$VMKV_GUEST_TAR.stamp" 2>/dev/
     mkdir -p "$groot/boot"
     install -m 0644 "$GUEST_VMLINUX" "$groot/boot/vmlinux"
     install -m 0644 "$GUEST_INITRD" "$groot/boot/initramfs.cpio.gz"
-    # KubeVirt v1.7.0 + Kubernetes 1.37: virt-handler writes the files'
-    # CRC32 (uint32) to status.kernelBootStatus.{kernel,initrd}Info.checksum,
-    # which the VMI CRD declares "format: int32"; the 1.37 API server rejects
-    # a value >= 2^31 ("Checked value must be of type integer with format
-    # int32") and the VMI's status never leaves Scheduled.  Append zero bytes
-    # (ignored after an ELF's contents and between initramfs archives) until
-    # the CRC32 is in 1..2^31-1.
-    for f in "$groot/boot/vmlinux" "$groot/boot/initramfs.cpio.gz"; do
-        "$VMQ_PY" - "$f" <<'PY' || vmq_die "padding $f failed"
-import sys, zlib
-p = sys.argv[1]
-with open(p, "rb") as f:
-    c = zlib.crc32(f.read())
-n = 0
-with open(p, "ab") as f:
-    while not 0 < c < 1 << 31:
-        f.write(b"\0")
-        c = zlib.crc32(b"\0", c)
-        n += 1
-print(f"{p}: crc32 {c} after {n} zero bytes", file=sys.stderr)
-PY
-    done
+    # zero bytes are ignored after an ELF's contents and between initramfs
+    # archives
+    for f in "$groot/boot/vmlinux" "$groot/boot/initramfs.cpio.gz"; do vmkv_crc32_pad "$f"; done
     # owned by qemu (107) like KubeVirt's containerDisk images
     chown -R 107:107 "$groot/boot"
     vmkv_oci_layout "$VMKV_GUEST_TAR" "$groot" "$VMKV_GUEST_IMAGE null"

@@ -24,6 +24,7 @@ VMKV_BIN=$VMKV_CACHE/bin/$KV_VERSION               # KubeVirt's binaries
 VMKV_KUBE_PROXY=$VMKV_CACHE/bin/kube-proxy-$K8S_VERSION  # the node has none
 VMKV_IMAGES=$VMKV_CACHE/images                     # OCI tarballs
 VMKV_ROOTFS=$VMKV_CACHE/rootfs                     # debootstrap base + image root
+VMKV_BASE=$VMKV_ROOTFS/base                        # Debian 12 minbase (debootstrap)
 VMKV_RUN=${VHOSTMQ_KUBEVIRT_RUN:-/run/vhostmq-kubevirt}
 VMKV_TAG=$KV_VERSION-debian
 VMKV_REG=localhost/kubevirt
@@ -34,6 +35,9 @@ VMKV_GUEST_TAR=$VMKV_IMAGES/guest-kernel.tar
 # sidecar-shim are not built (our binding is its own sidecar)
 VMKV_COMPONENTS=(virt-operator virt-api virt-controller virt-handler virt-launcher
     virt-launcher-monitor virt-chroot virt-freezer virt-probe virt-tail)
+# KubeVirt's command-line client, on the host only (the install guide's
+# `virtctl console`)
+VMKV_TOOLS=(virtctl)
 # the images the operator deploys (one rootfs, several names)
 VMKV_IMAGE_NAMES=(virt-operator virt-api virt-controller virt-handler virt-launcher)
 
@@ -44,6 +48,38 @@ vmkv_lock() {
     mkdir -p "$VMKV_CACHE"
     exec 8>>"$VMKV_CACHE/.lock-$1"
     flock -w "${2:-600}" 8 || vmq_die "another hack/kubevirt $1 is running (lock $VMKV_CACHE/.lock-$1)"
+}
+
+# vmkv_debian_mirror: VHOSTMQ_DEBIAN_MIRROR, else the host's own Debian
+# mirror (deb822 URIs: or a deb line; not security), without a trailing /
+vmkv_debian_mirror() {
+    local m=${VHOSTMQ_DEBIAN_MIRROR:-}
+    if [[ -z $m ]]; then
+        m=$({
+            grep -h -E '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{ print $2 }'
+            grep -h -E '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{ print $2 }'
+        } | grep -v -e security -e nodesource -e google | grep -m1 '/debian/\?$' || true)
+    fi
+    [[ -n $m ]] || vmq_die "no Debian mirror in the host's apt sources; set VHOSTMQ_DEBIAN_MIRROR"
+    echo "${m%/}"
+}
+
+# vmkv_have_base: the debootstrap base is complete
+vmkv_have_base() { [[ -x $VMKV_BASE/usr/bin/apt-get && -f $VMKV_BASE/.complete ]]; }
+
+# vmkv_debian_base MIRROR: Debian 12 minbase by debootstrap into $VMKV_BASE
+# (the images' common start; callers hold vmkv_lock images)
+vmkv_debian_base() {
+    local log=$VMKV_ROOTFS/debootstrap.log
+    command -v debootstrap >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends debootstrap >/dev/null ||
+        vmq_die "apt-get install debootstrap failed"
+    mkdir -p "$VMKV_ROOTFS"
+    rm -rf "$VMKV_BASE"
+    vmq_log "debootstrap --variant=minbase bookworm from $1"
+    timeout 900 debootstrap --variant=minbase bookworm "$VMKV_BASE" "$1" >"$log" 2>&1 ||
+        { tail -n 20 "$log" >&2; vmq_die "debootstrap failed (log $log)"; }
+    touch "$VMKV_BASE/.complete"
 }
 
 # vmkv_src: KubeVirt's module source folder (downloads the module; no
@@ -59,7 +95,7 @@ vmkv_src() {
 # vmkv_have_binaries: every component and container-disk is in the cache
 vmkv_have_binaries() {
     local c
-    for c in "${VMKV_COMPONENTS[@]}" container-disk; do [[ -x $VMKV_BIN/$c ]] || return 1; done
+    for c in "${VMKV_COMPONENTS[@]}" "${VMKV_TOOLS[@]}" container-disk; do [[ -x $VMKV_BIN/$c ]] || return 1; done
     [[ -x $VMKV_KUBE_PROXY ]]
 }
 
@@ -108,4 +144,42 @@ vmkv_stop_webhook() {
         vmq_stop "$p"
     fi
     rm -f "$VMKV_RUN/webhook.pid"
+}
+
+# vmkv_crc32_pad FILE: append zero bytes to FILE until its CRC32 is in
+# 1..2^31-1.  KubeVirt v1.7.0 + Kubernetes 1.37: virt-handler writes the
+# CRC32 (uint32) of every containerDisk and kernel-boot file to the VMI's
+# status (volumeStatus[].containerDiskVolume.checksum,
+# kernelBootStatus.*.checksum), which the VMI CRD declares "format: int32";
+# the 1.37 API server rejects a value >= 2^31 ("Checked value must be of
+# type integer with format int32") and the VMI's status never leaves
+# Scheduled.  The file's format must ignore trailing zeros (ELF, cpio, qcow2).
+vmkv_crc32_pad() {
+    "$VMQ_PY" - "$1" <<'PY' || vmq_die "padding $1 failed"
+import sys, zlib
+p = sys.argv[1]
+c = 0
+with open(p, "rb") as f:
+    while b := f.read(1 << 20):
+        c = zlib.crc32(b, c)
+n = 0
+with open(p, "ab") as f:
+    while not 0 < c < 1 << 31:
+        f.write(b"\0")
+        c = zlib.crc32(b"\0", c)
+        n += 1
+print(f"{p}: crc32 {c} after {n} zero bytes", file=sys.stderr)
+PY
+}
+
+# vmkv_host_tools WHAT:PACKAGE...: apt-get install each PACKAGE whose WHAT,
+# a command (or an absolute file path), the host lacks
+vmkv_host_tools() {
+    local p w
+    for p in "$@"; do
+        w=${p%%:*}
+        if [[ $w == /* ]]; then [[ -f $w ]] && continue; else command -v "$w" >/dev/null && continue; fi
+        DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q --no-install-recommends "${p#*:}" >/dev/null ||
+            vmq_die "apt-get install ${p#*:} failed"
+    done
 }

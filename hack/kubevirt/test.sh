@@ -3,16 +3,20 @@
 # (build.sh), its Debian images (images.sh), bring up the test bed
 # (testbed.sh up --nodes N: the cluster, two nodes by default, with
 # multus-lite, kube-proxy, KubeVirt with useEmulation, the vhostmq binding),
-# run the VM test (test-vm.sh: helm install of the chart, a 4-vCPU and a
-# 2-vCPU VM on vhostmq, queues, traffic, a live migration to the second
-# node while a file streams in, helm upgrade and uninstall), and take down
-# what it brought up.  Prints the
-# timings of each stage and ends with "N passed, N failed" (the stages and
-# every check of test-vm.sh); exit status 1 if anything failed.
+# run the VM test (test-vm.sh: the bring-up of the chart's images, then the
+# Go specs of test/e2e/kubevirt_test.go: helm install of the chart, a
+# 4-vCPU and a 2-vCPU VM on vhostmq, queues, traffic, a live migration to
+# the second node while a file streams in, helm upgrade and uninstall), then
+# the install guide word for word (test-install.sh: docs/user/install.md and
+# uninstall.md on this test bed, with a registry and a Debian cloud image),
+# and take down what it brought up.  Prints the timings of each stage and ends
+# with "N passed, N failed" (the stages and every spec, from the specs'
+# JUnit report); exit status 1 if anything failed.
 #
 # Usage: hack/kubevirt/test.sh [--keep]
 # Environment: VHOSTMQ_KUBEVIRT_NODES=2 (1: one node, the migration goes
-#   only as far as its target pod)
+#   only as far as its target pod); VHOSTMQ_KUBEVIRT_INSTALL_GUIDE=1 (0: no
+#   install-guide stage)
 #   --keep   leave the test bed, the VMs and the vhostmq objects up
 #            (hack/kubevirt/testbed.sh down takes them down)
 # A test bed that is already up (testbed.sh up, or test.sh --keep) is used
@@ -54,6 +58,19 @@ stage() { # stage NAME CMD...: run, time, count
     return "$rc"
 }
 
+JUNIT=$VMQC_LOGS/kubevirt-test-vm/junit.xml # the specs' report (test-vm.sh)
+# junit_counts FILE LABEL: "passed failed skipped" of the specs ([It]
+# test cases) with LABEL in a Ginkgo JUnit report (the suite lists the
+# others as skipped); "0 0 0" without a report
+junit_counts() {
+    local cases
+    cases=$(grep -o "<testcase name=\"\\[It\\][^\"]*\\[$2\\]\" [^>]*status=\"[a-z]*\"" "$1" 2>/dev/null |
+        sed 's/.*status="//; s/"$//' || true)
+    printf '%s %s %s\n' "$(grep -cx passed <<<"$cases" || true)" \
+        "$(grep -cxE 'failed|panicked|interrupted|aborted|timedout' <<<"$cases" || true)" \
+        "$(grep -cxE 'skipped|pending' <<<"$cases" || true)"
+}
+
 root_shared() { awk '$5 == "/" { print $7 }' /proc/self/mountinfo | grep -c shared || true; }
 ROOT_SHARED_BEFORE=$(root_shared)
 down_clean() { # nothing of the test bed is left
@@ -77,24 +94,35 @@ else
     stage up "$HERE/testbed.sh" up --nodes "${VHOSTMQ_KUBEVIRT_NODES:-2}" || true
 fi
 if ((failed == 0)); then
-    # test-vm.sh counts its own checks: add them to ours
+    # test-vm.sh runs the Go specs (label kubevirt): each spec is one check,
+    # counted from their JUnit report; an exit without a failed spec (the
+    # bring-up, a timeout) is one failure more
     rc=0
     args=()
     ((KEEP)) && args+=(--keep)
     echo "=== test-vm: $HERE/test-vm.sh ${args[*]}"
     t0=$(vmq_now)
     mkdir -p "$(dirname "$OUT")"
+    rm -f "$JUNIT"
     "$HERE/test-vm.sh" "${args[@]}" 2>&1 | tee "$OUT" || rc=$?
     T[test-vm]=$(vmqc_secs "$t0")
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT" | tail -n1 || true)
-    if [[ -n $line ]]; then
-        passed=$((passed + ${line%% passed*}))
-        f=${line#*, }
-        failed=$((failed + ${f%% failed*}))
-    else
-        echo "FAIL test-vm.sh ended without its summary (exit $rc)"
+    read -r sp sf ss <<<"$(junit_counts "$JUNIT" kubevirt)"
+    echo "specs: $sp passed, $sf failed, $ss skipped (exit $rc; $JUNIT)"
+    passed=$((passed + sp)) failed=$((failed + sf))
+    if ((rc != 0 && sf == 0)); then
+        echo "FAIL test-vm.sh exit $rc without a failed spec (the bring-up, or the specs did not end)"
+        failed=$((failed + 1))
+    elif ((sp == 0)); then
+        echo "FAIL no spec passed (skipped: KubeVirt not served?)"
         failed=$((failed + 1))
     fi
+fi
+# the install guide word for word (docs/user/install.md): after test-vm.sh,
+# whose specs uninstall their release; --keep leaves that release up
+# (the test bed must be up; KubeVirt may still be reconciling test-vm's
+# uninstall: test-install.sh waits for it)
+if ((!KEEP)) && [[ ${VHOSTMQ_KUBEVIRT_INSTALL_GUIDE:-1} == 1 ]] && vmqc_is_up; then
+    stage install-guide "$HERE/test-install.sh" || true
 fi
 if ((we_up && !KEEP)); then
     stage down "$HERE/testbed.sh" down || true
@@ -102,7 +130,7 @@ if ((we_up && !KEEP)); then
 fi
 echo
 echo "timings: build ${T[build]:--} s, images ${T[images]:--} s, testbed up ${T[up]:--} s," \
-    "test-vm ${T[test-vm]:--} s, down ${T[down]:--} s; total $(vmqc_secs "$T0") s"
+    "test-vm ${T[test-vm]:--} s, install-guide ${T[install-guide]:--} s, down ${T[down]:--} s; total $(vmqc_secs "$T0") s"
 echo "caches: $(du -sh "$VMKV_CACHE/bin" 2>/dev/null | cut -f1) binaries, $(du -sh "$VMKV_ROOTFS" 2>/dev/null | cut -f1) rootfs," \
     "$(du -sh "$VMKV_IMAGES" 2>/dev/null | cut -f1) images in $VMKV_CACHE"
 echo "$passed passed, $failed failed"

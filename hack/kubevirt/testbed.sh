@@ -30,11 +30,10 @@
 #     by PID, bounded by the cluster's lifetime;
 #   * a route for the Service range in the netns (it has no default route;
 #     a locally sent packet needs one before kube-proxy's OUTPUT DNAT);
-#   * kube-system/extension-apiserver-authentication with
-#     requestheader-client-ca-file (virt-api refuses to start without it; the
-#     token-auth API server does not make it): the API server's cert stands
-#     in for the front-proxy CA (console/VNC subresources would need a real
-#     one; not used);
+#   * (none now: cluster.sh's API server has a front proxy, and publishes
+#     its CA in kube-system/extension-apiserver-authentication, which
+#     virt-api needs to start and to trust the aggregated requests of
+#     virtctl console; up waits until it is there);
 #   * mount --make-shared / (virt-handler's Bidirectional /var/run/kubevirt:
 #     containerd 1.6 checks the mount holding the path as written, i.e. /);
 #   * the node label node-role.kubernetes.io/control-plane (operator
@@ -295,22 +294,19 @@ nodes_migratable() {
         | length == 1 and $l["cpu-model-migration.node.kubevirt.io/" + .[0]] == "true")' >/dev/null
 }
 
+# front_proxy_published: the API server has published its front proxy's CA
+front_proxy_published() {
+    [[ -n $(k -n kube-system get cm extension-apiserver-authentication -o jsonpath='{.data.requestheader-client-ca-file}' 2>/dev/null) ]]
+}
+
 # the test-bed fixes (see the header)
 apply_fixes() {
-    local ca
     if ! awk '$5 == "/" { print $7 }' /proc/self/mountinfo | grep -q shared; then
         mount --make-shared / && touch "$VMKV_RUN/root-made-shared"
     fi
     ip -n "$VMQC_NETNS" route replace "$VMQC_SERVICE_CIDR" dev node0
-    ca=$(cat "$VMQC_DATA/pki/apiserver/apiserver.crt")
-    k -n kube-system get cm extension-apiserver-authentication >/dev/null 2>&1 ||
-        k -n kube-system create cm extension-apiserver-authentication >/dev/null
-    k -n kube-system get cm extension-apiserver-authentication -o json |
-        jq --arg ca "$ca" '.data = (.data // {}) | .data["requestheader-client-ca-file"] = $ca
-            | .data["requestheader-username-headers"] = "[\"X-Remote-User\"]"
-            | .data["requestheader-group-headers"] = "[\"X-Remote-Group\"]"
-            | .data["requestheader-extra-headers-prefix"] = "[\"X-Remote-Extra-\"]"
-            | .data["requestheader-allowed-names"] = "[]"' | k replace -f - >/dev/null
+    vmq_poll 60 1 front_proxy_published ||
+        vmq_die "kube-system/extension-apiserver-authentication has no requestheader-client-ca-file after 60 s (the API server's front proxy: hack/cluster/cluster.sh)"
     k label node "$VMQC_NODE" node-role.kubernetes.io/control-plane= --overwrite >/dev/null
 }
 

@@ -33,6 +33,12 @@ type Config struct {
 	Image       string // VHOSTMQ_E2E_TEST_IMAGE: the test pods' image (imported, never pulled)
 	LogDir      string // VHOSTMQ_E2E_LOGS: this run's folder for diagnostics and saved logs
 	Namespace   string // VHOSTMQ_E2E_NAMESPACE: where the vhostmq DaemonSet runs
+	HelmBin     string // VHOSTMQ_E2E_HELM: helm (hack/manifests.sh builds it)
+	Chart       string // VHOSTMQ_E2E_CHART: the chart the DRA specs install
+	CDIDir      string // VHOSTMQ_E2E_CDI_DIR: the CDI spec folder of the node's containerd
+	CNIDir      string // VHOSTMQ_E2E_CNI_DIR: multus-lite's state (state/) when the node's CNI is multus-lite (e2e.sh --cni)
+	MultusLog   string // VHOSTMQ_E2E_MULTUS_LOG: multus-lite's log of every ADD and DEL
+	GuestImage  string // VHOSTMQ_E2E_GUEST_IMAGE: the folder with the test guest's vmlinux and initramfs (hack/guest/build.sh)
 }
 
 func env(name, def string) string {
@@ -68,5 +74,11 @@ func LoadConfig() Config {
 		Image:       env("VHOSTMQ_E2E_TEST_IMAGE", "localhost/vhostmq/busybox:dev"),
 		LogDir:      env("VHOSTMQ_E2E_LOGS", filepath.Join(logs, "e2e", time.Now().UTC().Format("20060102T150405Z"))),
 		Namespace:   env("VHOSTMQ_E2E_NAMESPACE", "vhostmq-system"),
+		HelmBin:     env("VHOSTMQ_E2E_HELM", filepath.Join(env("VHOSTMQ_TOOLS", "/var/cache/vhostmq/tools"), "helm-v3.22.0")),
+		Chart:       env("VHOSTMQ_E2E_CHART", filepath.Join(root, "charts/vhostmq")),
+		CDIDir:      env("VHOSTMQ_E2E_CDI_DIR", run+"/cdi"),
+		CNIDir:      env("VHOSTMQ_E2E_CNI_DIR", "/run/vhostmq-test-cni"),
+		MultusLog:   env("VHOSTMQ_E2E_MULTUS_LOG", filepath.Join(logs, "multus-lite.log")),
+		GuestImage:  env("VHOSTMQ_E2E_GUEST_IMAGE", filepath.Join(root, "_output/guest")),
 	}
 }

@@ -213,3 +213,19 @@ func (f *Framework) NextNodeStatus(ctx context.Context, node string, timeout tim
 		return fmt.Errorf("no status of node %s within %s: %w", node, timeout, ctx.Err())
 	}
 }
+
+// PodNames observes the names of the pods in ns that match selector ("":
+// all of them).
+func (f *Framework) PodNames(ctx context.Context, ns, selector string) func() ([]string, error) {
+	return func() ([]string, error) {
+		l, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, err
+		}
+		names := []string{}
+		for _, p := range l.Items {
+			names = append(names, p.Name)
+		}
+		return names, nil
+	}
+}

@@ -20,11 +20,12 @@ import (
 // SaveDiagnostics writes what one needs to see why a spec failed into
 // LogDir/<spec>/: the pods (kubectl get pods -A -o wide), the events, the
 // node's status, the vhostmq pods' dataplane and device-plugin logs
-// (current and previous), the kubelet's device-manager lines and the node's
-// socket folders. The suite calls it from ReportAfterEach for every failed
-// spec; it never fails itself (what it cannot get, it writes down).
+// (current and previous), the kubelet's device-manager lines, the node's
+// socket folders and, with KubeVirt, the VMIs and their launchers' logs.
+// The suite calls it from ReportAfterEach for every failed spec; it never
+// fails itself (what it cannot get, it writes down).
 func (f *Framework) SaveDiagnostics(report ginkgo.SpecReport) string {
-	dir := filepath.Join(f.LogDir, fileName(report.FullText()))
+	dir := f.DiagnosticsDir(report)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ""
 	}
@@ -52,7 +53,14 @@ func (f *Framework) SaveDiagnostics(report ginkgo.SpecReport) string {
 	save("kubelet-devicemanager.log", grepFile(filepath.Join(f.ClusterLogs, "kubelet.log"), regexp.MustCompile(`(?i)device.?plugin|devicemanager|vhostmq`), 200), nil)
 	out, err = Run(ctx, "find", "/var/run/vhostmq", "/var/run/k8s.cni.cncf.io/devinfo", "-maxdepth", "3", "-ls")
 	save("node-folders.txt", out, err)
+	f.saveKubeVirt(ctx, save) // VMs, VMIs, launchers (kubevirt.go)
 	return dir
+}
+
+// DiagnosticsDir is the folder of a spec's diagnostics, for a Describe
+// that adds its own to what SaveDiagnostics writes.
+func (f *Framework) DiagnosticsDir(report ginkgo.SpecReport) string {
+	return filepath.Join(f.LogDir, fileName(report.FullText()))
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
