@@ -112,7 +112,15 @@ func TestIdleRingsPark(t *testing.T) {
 				}
 			}()
 			defer func() { close(stop); wg.Wait() }()
-			waitFor(t, "the idle rings to park", func() bool { return r.w.activeN.Load() <= 2 })
+			// parked, with no poke on its way: a ring's start pokes from
+			// the frontend's session goroutine, which a busy machine may
+			// run late, and the poke looks at every parked ring: it could
+			// find c5's frame before c5 looked at the kick flag (a CI run
+			// saw no kick so)
+			quiet := func() bool { return r.w.activeN.Load() <= 2 && !r.w.poked.Load() }
+			waitFor(t, "the idle rings to park", quiet)
+			time.Sleep(100 * time.Millisecond)
+			waitFor(t, "the idle rings to park, still", quiet)
 			before := portStats(t, r.d, "c5").Queues[0].Kicks
 			// to a: the traffic goroutine drains b, a only sends
 			frame := udpFrame(macA, r.macsC[5], 7, 7, []byte("from a parked ring"))

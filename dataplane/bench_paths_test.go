@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"bytes"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -109,6 +111,9 @@ type pathRig struct {
 	flooder *port
 	macs    *vswitch.Table[*port]
 	next    uint32
+	// pairs: both ports' queue pairs; with 2, a's bursts alternate between
+	// its pairs, the same flows on both (the p2p loop of hack/bench/run.sh)
+	pairs, turn int
 }
 
 // newPathRig: port "a" alone (frames to an unknown unicast address: no
@@ -143,7 +148,12 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 		r := Rate{BitsPerSecond: bps, BurstBits: MaxBurstBits}
 		opt.Bandwidth = Bandwidth{Ingress: r, Egress: r}
 	}
-	r.tx = dial(tb, addPortMAC(tb, d, "a", macA, opt), cfg)
+	r.pairs = 1
+	if rxCfg != nil && rxCfg.QueuePairs > 1 {
+		r.pairs = rxCfg.QueuePairs
+	}
+	cfg.QueuePairs = r.pairs
+	r.tx = dial(tb, addPortPairs(tb, d, "a", macA, opt, r.pairs), cfg)
 	if n, err := strconv.Atoi(os.Getenv("VHOSTMQ_BENCH_MAC_FLOOD")); err == nil && n > 0 {
 		r.flood, r.flooder, r.macs = n, &port{}, d.nets[""].macs
 		r.macs.SetLimit(r.flooder, 1<<30)
@@ -152,7 +162,7 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 	if rxCfg != nil {
 		c := *rxCfg
 		c.QueueSize, c.RxPoll = 1024, true
-		r.rx = dial(tb, addPortMAC(tb, d, "b", macB, opt), c)
+		r.rx = dial(tb, addPortPairs(tb, d, "b", macB, opt, r.pairs), c)
 		r.learn(tb, r.tx, r.rx, macA)
 		r.learn(tb, r.rx, r.tx, macB)
 		dst = macB
@@ -160,7 +170,46 @@ func newPathRig(tb testing.TB, size int, rxCfg *frontend.Config) *pathRig {
 	for i := range burstSize {
 		r.frames = append(r.frames, udpFrame(dst, macA, uint16(i), 9, make([]byte, size-42)))
 	}
+	if r.pairs > 1 {
+		// b sends the same flows back on each of its pairs, as the loop's
+		// other direction does: b's flow table steers a's frames (the
+		// addresses and ports as they are: the flow hash is symmetric,
+		// and port security passes the rig's one source address)
+		var back [][]byte
+		for _, f := range r.frames {
+			f = bytes.Clone(f)
+			copy(f[0:6], macA[:])
+			copy(f[6:12], macB[:])
+			back = append(back, f)
+		}
+		for pair := range r.pairs {
+			if n, err := r.rx.SendBurst(pair, back); err != nil || n != len(back) {
+				tb.Fatalf("b queued %d of %d frames on pair %d: %v", n, len(back), pair, err)
+			}
+			r.w.pass()
+			got := 0
+			for p := range r.pairs {
+				n, _, _ := r.tx.Discard(p)
+				got += n
+			}
+			if got != len(back) {
+				tb.Fatalf("a received %d of b's %d frames from pair %d", got, len(back), pair)
+			}
+			r.rx.ReclaimTx(pair)
+		}
+	}
 	return r
+}
+
+// addPortPairs is addPortMAC with pairs queue pairs.
+func addPortPairs(tb testing.TB, d *Dataplane, name string, mac [6]byte, opt PortOptions, pairs int) string {
+	tb.Helper()
+	s := sockPath(tb, name)
+	cfg := netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: pairs, MTU: 1500, MAC: net.HardwareAddr(mac[:])}
+	if err := d.AddPort(cfg, opt); err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
 
 // learn has from's guest broadcast from mac and runs passes until to's
@@ -187,7 +236,9 @@ func (r *pathRig) learn(tb testing.TB, from, to *frontend.Frontend, mac [6]byte)
 // With b, only the pass runs with b's timer on, so that allocs/op are the
 // pass's (the test frontend allocates).
 func (r *pathRig) burst(tb testing.TB, b *testing.B) (wall, cpu int64) {
-	if n, err := r.tx.SendBurst(0, r.frames); err != nil || n != len(r.frames) {
+	pair := r.turn % r.pairs
+	r.turn++
+	if n, err := r.tx.SendBurst(pair, r.frames); err != nil || n != len(r.frames) {
 		tb.Fatalf("queued %d of %d frames: %v", n, len(r.frames), err)
 	}
 	for range r.flood {
@@ -205,12 +256,25 @@ func (r *pathRig) burst(tb testing.TB, b *testing.B) (wall, cpu int64) {
 	if b != nil {
 		b.StopTimer()
 	}
-	if r.rx != nil {
+	switch {
+	case r.rx != nil && r.pairs == 1:
 		if got, err := r.rx.RecvAll(0, 0); err != nil || len(got) != len(r.frames) {
 			tb.Fatalf("b received %d of %d frames: %v", len(got), len(r.frames), err)
 		}
+	case r.rx != nil:
+		got := 0
+		for p := range r.pairs {
+			n, _, err := r.rx.Discard(p)
+			if err != nil {
+				tb.Fatalf("b's pair %d: %v", p, err)
+			}
+			got += n
+		}
+		if got != len(r.frames) {
+			tb.Fatalf("b received %d of %d frames", got, len(r.frames))
+		}
 	}
-	r.tx.ReclaimTx(0)
+	r.tx.ReclaimTx(pair)
 	return t1 - t0, c1 - c0
 }
 
@@ -261,6 +325,11 @@ func BenchmarkPathForward(b *testing.B) {
 		for _, size := range []int{64, 1500} {
 			b.Run(v.name+"/"+sizeName(size), func(b *testing.B) { newPathRig(b, size, &v.cfg).run(b) })
 		}
+	}
+	// "mrg-q2": both ports with two pairs, a's bursts alternating between
+	// its pairs with the same flows, which b sent on both of its pairs
+	for _, size := range []int{64, 1500} {
+		b.Run("mrg-q2/"+sizeName(size), func(b *testing.B) { newPathRig(b, size, &frontend.Config{QueuePairs: 2}).run(b) })
 	}
 	for _, size := range []int{64, 1500} {
 		b.Run("log/"+sizeName(size), func(b *testing.B) {

@@ -19,6 +19,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
+	"github.com/vhostmq/vhostmq/dataplane/vswitch"
 )
 
 // The tests in this file drive the whole dataplane (ports, workers,
@@ -240,9 +241,10 @@ func TestTrafficEveryQueueBothWays(t *testing.T) {
 				from, to   *frontend.Frontend
 				src, dst   [6]byte
 				fromN, toN string
-			}{{"a->b", a, b, macA, macB, "a", "b"}, {"b->a", b, a, macB, macA, "b", "a"}} {
+				sport      uint16 // flows of their own: a flow moves to another pair only after a quiet epoch (vswitch.FlowTable)
+			}{{"a->b", a, b, macA, macB, "a", "b", 1000}, {"b->a", b, a, macB, macA, "b", "a", 3000}} {
 				for pair := range 4 {
-					fr := udpFrame(dir.dst, dir.src, uint16(1000+pair*7), 5201, payload)
+					fr := udpFrame(dir.dst, dir.src, dir.sport+uint16(pair*7), 5201, payload)
 					if err := dir.from.Send(pair, fr); err != nil {
 						t.Fatalf("%s pair %d: send: %v", dir.name, pair, err)
 					}
@@ -277,6 +279,64 @@ func TestTrafficEveryQueueBothWays(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlowOnTwoPairsStaysOnOne: a guest that sends one flow on two pairs
+// at once (a forwarder does) gets every reply on the pair that sent it
+// first, in order, until that pair has been silent for a whole epoch of
+// the flow table; then the replies follow the other pair. A burst of
+// replies to one pair arrives whole and in order (a run of frames steered
+// to one of several rings).
+func TestFlowOnTwoPairsStaysOnOne(t *testing.T) {
+	d := newDataplane(t)
+	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2})
+	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 2), frontend.Config{QueuePairs: 2})
+	learn(t, a, b, 2)
+	flow := udpFrame(macA, macB, 4242, 5201, []byte("from b")) // b's flow, to a
+	// replies is a burst of n frames of the flow from a to b, numbered
+	replies := func(n int) [][]byte {
+		var out [][]byte
+		for i := range n {
+			out = append(out, udpFrame(macB, macA, 5201, 4242, []byte{'r', byte(i)}))
+		}
+		return out
+	}
+	expectOn := func(what string, want int, n int) {
+		t.Helper()
+		if got, err := a.SendBurst(1, replies(n)); err != nil || got != n {
+			t.Fatalf("%s: a queued %d of %d replies: %v", what, got, n, err)
+		}
+		frames, err := b.RecvN(want, n, 2*time.Second)
+		if err != nil {
+			other, _ := b.RecvAll(1-want, 0)
+			t.Fatalf("%s: %d of %d replies on pair %d (%d on pair %d): %v", what, len(frames), n, want, len(other), 1-want, err)
+		}
+		for i, fr := range frames {
+			if p := fr[len(fr)-2:]; p[0] != 'r' || int(p[1]) != i {
+				t.Fatalf("%s: reply %d on pair %d is %q, want %q", what, i, want, p, []byte{'r', byte(i)})
+			}
+		}
+	}
+	// the flow leaves b on pair 0, then on pair 1, again and again
+	for range 4 {
+		for pair := range 2 {
+			if err := b.Send(pair, flow); err != nil {
+				t.Fatal(err)
+			}
+			recvAny(t, a, 2, 2*time.Second)
+		}
+	}
+	expectOn("the flow sent on both pairs", 0, 24)
+	// pair 0 falls silent for the flow: after a whole epoch it moves
+	quiet := time.Now().Add(3 * vswitch.FlowEpoch)
+	for time.Now().Before(quiet) {
+		if err := b.Send(1, flow); err != nil {
+			t.Fatal(err)
+		}
+		recvAny(t, a, 2, 2*time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+	expectOn("the flow sent on pair 1 alone", 1, 24)
 }
 
 // TestPairsEnableDisable: rings stay disabled until SET_VRING_ENABLE, and

@@ -318,8 +318,12 @@ const (
 type txPlan struct {
 	smac uint64 // the source address (a Key)
 	hash uint32 // the flow hash, where a port has several pairs
-	dst  uint8
-	act  txAct
+	// dst: the destination's index in scratch.dsts (low byte) and the RX
+	// pair the frame is steered to (high byte: pickRX) when it has
+	// several pairs, noPair when none is ready or the frame is flooded to
+	// a port with several; one compare tells a run's frames (unicastRun).
+	dst uint16
+	act txAct
 	// patch says what port security checked (scratch.chk, security.go):
 	// the destinations get those values, not what the guest's buffer
 	// holds by the time of the copy.
@@ -421,11 +425,19 @@ func (w *worker) classify(b *txBurst, k int) {
 				s.dsts[s.nd], b.floodAt = b.floodOne, int8(s.nd)
 				s.nd++
 			}
-			p.act, p.dst = actFloodOne, uint8(b.floodAt)
+			p.act, p.dst = actFloodOne, uint16(b.floodAt)
+			if len(b.floodOne.rxReady) > 1 {
+				p.dst |= noPair << 8 // put steers each (the hash may not be known)
+			}
 		case to == nil:
 			p.act = actFlood
 		default:
-			p.act, p.dst = actUnicast, b.lastIdx
+			p.act, p.dst = actUnicast, uint16(b.lastIdx)
+			if len(to.rxReady) > 1 {
+				// steered here, so that a run takes the frames that go
+				// to one RX ring (unicastRun)
+				p.dst |= uint16(uint8(to.pickRX(p.hash))) << 8
+			}
 		}
 	}
 }
@@ -493,7 +505,7 @@ func (w *worker) switchGathered(b *txBurst, k int) frameOutcome {
 			b.learnMAC(w, p.smac)
 		}
 		if b.multiPair {
-			b.src.flows.Record(p.hash, b.a.pair)
+			b.src.flows.Record(p.hash, b.a.pair, b.now)
 		}
 		b.pkts++
 		b.bytes += uint64(f.Len)
@@ -517,10 +529,14 @@ func (w *worker) endRun(b *txBurst, to *port, got, used, n int, bytes uint64) {
 	}
 }
 
-// unicastRun delivers frames from i on that go to the port that the
-// burst's RX hold holds, when it has one pair (unicast, or a flood that
-// reaches that port alone: one a full ring drops, as flood does, once the
-// run ends and txDirect takes it): one look at how many
+// noPair is txPlan.dst's pair for a frame no run takes.
+const noPair = 0xff // above vhostuser.MaxQueuePairs
+
+// unicastRun delivers frames from i on that go to the RX ring the burst's
+// RX hold holds: to its port (unicast, or a flood that reaches that port
+// alone: one a full ring drops, as flood does, once the run ends and
+// txDirect takes it), steered to that ring where the port has several
+// pairs (classify steered them): one look at how many
 // buffers its guest posted, the buffers taken back to back
 // (virtq.GatherRX), then one copy per frame. It stops at the first frame
 // that goes elsewhere, and at a buffer that is not one descriptor big
@@ -531,9 +547,12 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 	s := &w.s
 	h := &s.rx
 	d := s.plan[i].dst
-	to := s.dsts[d]
-	if h.port != to || len(to.rxReady) != 1 || h.avail == 0 {
+	to := s.dsts[uint8(d)]
+	if h.port != to || h.avail == 0 {
 		return 0, false // put holds (and refills) first
+	}
+	if pair := int(d >> 8); len(to.rxReady) != 1 && (pair >= len(to.rxReady) || h.v != to.dev.Vrings()[2*pair]) {
+		return 0, false // the frame is steered to another of its rings
 	}
 	j, longest := i+1, s.frames[i].Len
 	act := s.plan[i].act // actUnicast or actFloodOne
@@ -585,7 +604,7 @@ func (w *worker) unicastRun(b *txBurst, i, k int) (n int, tried bool) {
 			b.learnMAC(w, p.smac)
 		}
 		if b.multiPair {
-			b.src.flows.Record(p.hash, b.a.pair)
+			b.src.flows.Record(p.hash, b.a.pair, b.now)
 		}
 		bytes += uint64(f.Len)
 	}
@@ -654,11 +673,11 @@ func (w *worker) spanRun(b *txBurst, i, j int) (n int) {
 			b.learnMAC(w, p.smac)
 		}
 		if b.multiPair {
-			b.src.flows.Record(p.hash, b.a.pair)
+			b.src.flows.Record(p.hash, b.a.pair, b.now)
 		}
 		bytes += uint64(f.Len)
 	}
-	w.endRun(b, s.dsts[s.plan[i].dst], got, used, n, bytes)
+	w.endRun(b, s.dsts[uint8(s.plan[i].dst)], got, used, n, bytes)
 	return n
 }
 
@@ -678,7 +697,7 @@ func (w *worker) txDirect(b *txBurst, f *virtq.TXFrame, p *txPlan) frameOutcome 
 		s.pp = nil
 		return frameDone
 	}
-	to := s.dsts[p.dst]
+	to := s.dsts[uint8(p.dst)]
 	rv, res := w.put(to, q.Frame(f), p.hash)
 	s.pp = nil
 	switch {
@@ -858,7 +877,7 @@ func (w *worker) txWalk(b *txBurst, head uint16) frameOutcome {
 		b.learnMAC(w, smac)
 	}
 	if b.multiPair {
-		src.flows.Record(hash, b.a.pair)
+		src.flows.Record(hash, b.a.pair, b.now)
 	}
 	// Every frame that passed the checks counts as transmitted; a frame
 	// that finds no room at its destination is counted there

@@ -3,6 +3,7 @@ package vswitch
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"time"
 )
 
 // Ethernet types this package looks into.
@@ -27,6 +28,21 @@ const HeaderPeek = 14 + 8 + 40 + 4
 // it may be shorter than the frame, and whatever lies beyond it (ports behind
 // long IPv4 options, say) is left out of the hash.
 func FlowHash(h []byte) uint32 {
+	// The common frame first, from fixed offsets: IPv4 without options,
+	// not a later fragment, with its ports (what flowHash computes for it)
+	if len(h) >= 38 && h[12] == 0x08 && h[13] == 0x00 && h[14] == 0x45 && binary.BigEndian.Uint16(h[20:22])&0x1fff == 0 {
+		proto := h[23]
+		hash := pairHash(binary.BigEndian.Uint32(h[26:30]), binary.BigEndian.Uint32(h[30:34])) ^ uint32(proto)<<24
+		if proto == 6 || proto == 17 || proto == 132 {
+			hash ^= pairHash(uint32(binary.BigEndian.Uint16(h[34:36])), uint32(binary.BigEndian.Uint16(h[36:38]))) * 0x85ebca6b
+		}
+		return mix(hash)
+	}
+	return flowHash(h)
+}
+
+// flowHash is FlowHash for any frame.
+func flowHash(h []byte) uint32 {
 	if len(h) < 14 {
 		return 0
 	}
@@ -91,25 +107,45 @@ func mix(h uint32) uint32 {
 	return h
 }
 
-// FlowTable remembers, per flow-hash bucket, the queue a port's guest last
-// sent that flow on. The virtio spec (§5.1.6.5.6, automatic receive
-// steering) says a device SHOULD deliver a flow's packets on the receive
-// queue matching the transmit queue the driver last used for it.
+// FlowTable remembers, per flow-hash bucket, the queue a port's guest sends
+// that flow on. The virtio spec (§5.1.6.5.6, automatic receive steering)
+// says a device SHOULD deliver a flow's packets on the receive queue
+// matching the transmit queue the driver last used for it. A flow sent on
+// two queues at once (a forwarder, a guest's threads on two CPUs) would
+// then flip between them frame by frame: its replies reordered, two
+// workers writing one bucket, a run of frames to one port broken up into
+// both of its rings. So, as Linux's RFS does, a flow moves to another
+// queue only once the queue it has has not sent it for a whole epoch
+// (flowEpochShift: 2^27 ns, about 134 ms).
 type FlowTable struct {
-	buckets [flowBuckets]atomic.Uint32 // queue+1, 0 = unknown
+	buckets [flowBuckets]atomic.Uint32 // epoch<<16 | queue+1; 0 = unknown
 }
 
-const flowBuckets = 1024
+const (
+	flowBuckets    = 1024
+	flowEpochShift = 27
+	// FlowEpoch is how long a FlowTable's epoch lasts.
+	FlowEpoch = time.Duration(1) << flowEpochShift
+)
 
-// Record notes that hash was sent on queue q.
-func (f *FlowTable) Record(hash uint32, q int) {
+// Record notes that hash was sent on queue q at now (ns, any monotonic
+// origin): the bucket takes q unless another queue sent the flow in this
+// epoch or the one before. A queue keeping its flow writes once an epoch.
+func (f *FlowTable) Record(hash uint32, q int, now int64) {
 	b := &f.buckets[hash%flowBuckets]
-	if b.Load() != uint32(q)+1 { // read first: keep the cache line shared
-		b.Store(uint32(q) + 1)
+	epoch := uint32(now>>flowEpochShift) & 0xffff
+	want := epoch<<16 | uint32(q+1)&0xffff
+	old := b.Load() // read first: keep the cache line shared
+	if old == want {
+		return
 	}
+	if oq := old & 0xffff; oq != 0 && oq != want&0xffff && uint16(epoch-old>>16) < 2 {
+		return // another queue has it, and sent it lately
+	}
+	b.Store(want)
 }
 
 // Lookup returns the queue recorded for hash, or -1.
 func (f *FlowTable) Lookup(hash uint32) int {
-	return int(f.buckets[hash%flowBuckets].Load()) - 1
+	return int(f.buckets[hash%flowBuckets].Load()&0xffff) - 1
 }

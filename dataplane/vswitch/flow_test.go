@@ -208,7 +208,7 @@ func TestFlowTable(t *testing.T) {
 	if q := ft.Lookup(12345); q != -1 {
 		t.Errorf("empty table: Lookup = %d", q)
 	}
-	ft.Record(12345, 3)
+	ft.Record(12345, 3, 0)
 	if q := ft.Lookup(12345); q != 3 {
 		t.Errorf("Lookup = %d, want 3", q)
 	}
@@ -218,16 +218,12 @@ func TestFlowTable(t *testing.T) {
 	if q := ft.Lookup(12346); q != -1 {
 		t.Errorf("other bucket: Lookup = %d, want -1", q)
 	}
-	ft.Record(12345, 0)
-	if q := ft.Lookup(12345); q != 0 {
-		t.Errorf("queue 0: Lookup = %d", q)
-	}
-	ft.Record(0xffffffff, 127)
+	ft.Record(0xffffffff, 127, 0)
 	if q := ft.Lookup(0xffffffff); q != 127 {
 		t.Errorf("hash 2^32-1: Lookup = %d", q)
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		ft.Record(FlowHash(flowFrame), 1)
+		ft.Record(FlowHash(flowFrame), 1, 0)
 		if ft.Lookup(FlowHash(flowFrame)) != 1 {
 			panic("lookup")
 		}
@@ -237,11 +233,48 @@ func TestFlowTable(t *testing.T) {
 	}
 }
 
+// TestFlowTableMovesAfterQuietEpoch: a flow sent on two queues keeps the
+// first until that one has not sent it for a whole epoch, across the
+// epoch counter's wrap too.
+func TestFlowTableMovesAfterQuietEpoch(t *testing.T) {
+	const e = int64(1) << flowEpochShift
+	for _, tc := range []struct {
+		name  string
+		start int64
+	}{{"from zero", 0}, {"across the wrap", 0xfffe * e}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ft FlowTable
+			at := func(epochs int64) int64 { return tc.start + epochs*e + e/2 }
+			steps := []struct {
+				q      int
+				epochs int64
+				want   int
+			}{
+				{3, 0, 3},
+				{0, 0, 3}, // queue 3 sent it in this epoch
+				{0, 1, 3}, // and in the one before
+				{0, 2, 0}, // silent for a whole epoch: the flow moves
+				{3, 2, 0},
+				{0, 3, 0}, // queue 0 keeps it fresh
+				{3, 4, 0},
+				{3, 5, 3},
+			}
+			for i, s := range steps {
+				ft.Record(777, s.q, at(s.epochs))
+				if q := ft.Lookup(777); q != s.want {
+					t.Fatalf("step %d: sent on %d in epoch %d: Lookup = %d, want %d", i, s.q, s.epochs, q, s.want)
+				}
+			}
+		})
+	}
+}
+
 var flowFrame = flowSpecs()["tcp6"].frame()
 
-// FuzzFlowHash checks, on arbitrary bytes, that FlowHash never panics and
-// that swapping the MACs, the IP addresses and the L4 ports (wherever the
-// frame's headers put them) never changes the hash.
+// FuzzFlowHash checks, on arbitrary bytes, that FlowHash never panics,
+// that its fixed-offset path for plain IPv4 gives what the general one
+// (flowHash) gives, and that swapping the MACs, the IP addresses and the
+// L4 ports (wherever the frame's headers put them) never changes the hash.
 func FuzzFlowHash(f *testing.F) {
 	for _, s := range flowSpecs() {
 		f.Add(s.frame())
@@ -250,6 +283,9 @@ func FuzzFlowHash(f *testing.F) {
 	f.Add(make([]byte, 14))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := FlowHash(b)
+		if g := flowHash(b); g != h {
+			t.Fatalf("FlowHash %#x, the general path %#x\n%x", h, g, b)
+		}
 		if len(b) < 14 && h != 0 {
 			t.Fatalf("short frame hashed to %#x", h)
 		}

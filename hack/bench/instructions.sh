@@ -94,6 +94,12 @@
 #                     (VHOSTMQ_BENCH_MAC_FLOOD, outside the pass: a
 #                     source-address flood on the uplink); against
 #                     p2p-SIZE-mrg it is what such a flood costs the busy path
+#   p2p-SIZE-q2       vhostmq only: p2p-SIZE-mrg with two queue pairs on
+#                     both ports, a's bursts alternating between its pairs
+#                     with the same 32 flows, which b sent on both of its
+#                     pairs first (BenchmarkPathForward/mrg-q2: run.sh's
+#                     p2p-SIZE-q2 loop); against p2p-SIZE-mrg it is what
+#                     steering among a port's pairs costs
 #   p2p-SIZE-log      vhostmq only: p2p-SIZE-mrg while b's frontend migrates
 #                     (LOG_ALL on, a dirty log, the used ring logged): the
 #                     cost of dirty-page logging, against p2p-SIZE-mrg
@@ -107,7 +113,7 @@
 #   --paths LIST      comma/space separated paths (above)
 #   --n N, --n0 N0    benchtime of the two vhostmq runs (multiples of 32)
 #   --smoke           what CI runs: g2h-64 p2p-64-mrg p2p-1500-mrg
-#                     p2p-1500-span512 p2p-64-macflood, N=6400 N0=3200, no DPDK (unless
+#                     p2p-1500-span512 p2p-64-macflood p2p-64-q2, N=6400 N0=3200, no DPDK (unless
 #                     --dpdk); the same counts as the long run (+-0.1)
 #   --no-dpdk/--dpdk  skip / run the DPDK side (default: run it, except
 #                     with --smoke)
@@ -159,7 +165,7 @@ vmq_args --paths+=PATHS --n=N --n0=N0 --smoke:SMOKE=1 --dpdk:DPDK=1 --no-dpdk:DP
     --dpdk-idle=IDLE_S --dpdk-mem=MEM --seed-bursts=SEED --out=OUT --budget=BUDGET --pgo=PGO --cache-sim=CACHE -- "$@"
 if ((SMOKE)); then
     N=6400 N0=3200
-    [[ -n ${PATHS// /} ]] || PATHS="g2h-64 p2p-64-mrg p2p-1500-mrg p2p-1500-span512 p2p-64-macflood"
+    [[ -n ${PATHS// /} ]] || PATHS="g2h-64 p2p-64-mrg p2p-1500-mrg p2p-1500-span512 p2p-64-macflood p2p-64-q2"
     [[ -n $DPDK ]] || DPDK=0
     [[ -n $CACHE ]] || CACHE=no
 fi
@@ -185,8 +191,8 @@ posint --seed-bursts "$SEED"
 [[ $MEM =~ ^(nohuge|huge)$ ]] || vmq_die "--dpdk-mem must be nohuge or huge"
 PATH_LIST=()
 for p in ${PATHS//,/ }; do
-    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512|log|macflood))$ ]] ||
-        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512,log,macflood} (SIZE 64 or 1500)"
+    [[ $p =~ ^(g2h-(64|1500)|p2p-(64|1500)-(mrg|nomrg|span512|log|macflood|q2))$ ]] ||
+        vmq_die "--paths: '$p' is not g2h-SIZE or p2p-SIZE-{mrg,nomrg,span512,log,macflood,q2} (SIZE 64 or 1500)"
     [[ " ${PATH_LIST[*]} " == *" $p "* ]] || PATH_LIST+=("$p")
 done
 ((${#PATH_LIST[@]} > 0)) || vmq_die "--paths is empty"
@@ -781,6 +787,7 @@ bench_regex() { # bench_regex PATH: the anchored -test.bench regex of a path
         g2h-*) echo "^BenchmarkPathTxDrop\$/^${size}B\$" ;;
         *-span512) echo "^BenchmarkPathForward\$/^mrg-span512\$/^${size}B\$" ;;
         *-macflood) echo "^BenchmarkPathForward\$/^mrg\$/^${size}B\$" ;;
+        *-q2) echo "^BenchmarkPathForward\$/^mrg-q2\$/^${size}B\$" ;;
         *) echo "^BenchmarkPathForward\$/^${p##*-}\$/^${size}B\$" ;;
     esac
 }
@@ -1080,7 +1087,7 @@ T_V=$(vmq_elapsed "$T_V")
 T_D=0
 if ((DPDK)); then
     T_D=$(vmq_now)
-    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 || $p == *-log || $p == *-macflood ]] || dpdk_one "$p"; done
+    for p in "${PATH_LIST[@]}"; do [[ $p == *-span512 || $p == *-log || $p == *-macflood || $p == *-q2 ]] || dpdk_one "$p"; done
     for p in "${PATH_LIST[@]}"; do
         if [[ $p == p2p-64-span512 ]]; then
             dpdk_one "$p" # 64 B frames: one segment, one TX descriptor
@@ -1103,7 +1110,7 @@ ratio() { # ratio A B: A/B to 2 places, n/a unless both are numbers and B > 0
 }
 for p in "${PATH_LIST[@]}"; do
     v=${VHOSTMQ[$p]:-fail} d=n/a vl=${VHOSTMQ_LK[$p]:-fail} dl=n/a
-    if ((DPDK)) && [[ $p != *-log && $p != *-macflood ]]; then d=${DPDKR[$p]:-fail} dl=${DPDKL[$p]:-fail}; fi
+    if ((DPDK)) && [[ $p != *-log && $p != *-macflood && $p != *-q2 ]]; then d=${DPDKR[$p]:-fail} dl=${DPDKL[$p]:-fail}; fi
     r=$(ratio "$v" "$d") rl=$(ratio "$vl" "$dl")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$v" "$d" "$r" "$vl" "$dl" "$rl" >>"$TSV"
     TABLE+=$'\n'"$p $v ${VHOSTMQ_TOT[$p]:-fail} $d $r $vl $dl $rl"
@@ -1136,7 +1143,7 @@ if [[ $CACHE == yes ]]; then
     for p in "${PATH_LIST[@]}"; do
         read -r vd1 vll <<<"${VHOSTMQ_CS[$p]:-fail fail}"
         dd1=n/a dll=n/a
-        if ((DPDK)) && [[ $p != *-log && $p != *-macflood ]]; then
+        if ((DPDK)) && [[ $p != *-log && $p != *-macflood && $p != *-q2 ]]; then
             read -r dd1 dll <<<"${DPDKCS[$p]:-${DPDKCS[$p-raw]:-fail fail}}"
         fi
         printf '%s\t%s\t%s\t%s\t%s\n' "$p" "$vd1" "$dd1" "$vll" "$dll" >>"$CTSV"
