@@ -58,7 +58,10 @@
 #          be an instruction start in it (logs: "N of N executed
 #          addresses"), else the analysis fails.  vhostmq: every one in
 #          the file (callgrind collects inside worker.pass() only),
-#          (L(N) - L(N0)) / (N - N0).  DPDK: inside the forwarding function
+#          (L(N) - L(N0)) / (N - N0), outside the Go runtime: the
+#          runtime's inside a pass (another goroutine's work after a
+#          switch, a syscall's bookkeeping) varies from run to run and is
+#          printed apart ("runtime"), not counted.  DPDK: inside the forwarding function
 #          with its callees: a callee's locked instructions count with the
 #          share of its callers' call edges (inclusive instructions) that
 #          come from inside, callgrind's own model of inclusive cost (exact
@@ -534,17 +537,23 @@ def total(rows):
     lk = sum(v for v, k in rows if LOCKED(k[1]))
     return lk, sum(v for v, k in rows) - lk
 
+def in_go_runtime(f):
+    return f[1].startswith(("runtime.", "internal/runtime/"))
+
 def vlocked(n, n0, fn_, fn0, report):
     """locked/fencing instructions per frame inside worker.pass():
-    (L(N) - L(N0)) / (N - N0), the instruction count's formula"""
+    (L(N) - L(N0)) / (N - N0), the instruction count's formula; the
+    path's own (outside the Go runtime) and the runtime's apart"""
     (_, _, i, ev), (_, _, i0, ev0) = parse(fn_), parse(fn0)
     (l, chk), (l0, chk0) = locked(i), locked(i0)
     d = n - n0
     rows = [((l[k] - l0.get(k, 0)) / d, k) for k in set(l) | set(l0)]
-    lk, other = total(rows)
+    lk, other = total([r for r in rows if not in_go_runtime(r[1][0])])
+    rt, rt_other = total([r for r in rows if in_go_runtime(r[1][0])])
     with open(report, "w") as o:
         print("# vhostmq locked/fencing instructions per frame inside worker.pass(), (run N=%d - run N0=%d) / %d" % (n, n0, d), file=o)
-        print("# locked (LOCK-prefixed, XCHG with memory, MFENCE) %.3f per frame (%.2f per burst of 32); LFENCE/SFENCE %.3f" % (lk, 32 * lk, other), file=o)
+        print("# locked (LOCK-prefixed, XCHG with memory, MFENCE), the path's own (outside the Go runtime) %.3f per frame (%.2f per burst of 32); LFENCE/SFENCE %.3f" % (lk, 32 * lk, other), file=o)
+        print("# the Go runtime's inside the passes (another goroutine's after a switch, a syscall's bookkeeping; not budgeted) %.3f locked, %.3f LFENCE/SFENCE" % (rt, rt_other), file=o)
         print("# raw executions: N run %d, N0 run %d" % (sum(v for k, v in l.items() if LOCKED(k[1])), sum(v for k, v in l0.items() if LOCKED(k[1]))), file=o)
         print("# address mapping (callgrind's object-relative addresses against objdump -d):", file=o)
         ml, bad = mapping_lines(chk)
@@ -553,7 +562,7 @@ def vlocked(n, n0, fn_, fn0, report):
     if bad:
         sys.exit("address mapping: executed addresses that are no instruction start in " + " ".join(bad))
     m, m0 = misses(ev, ev_total(ev)), misses(ev0, ev_total(ev0))
-    print("locked=%.3f fences=%.3f %s" % (lk, other, fmt_misses({k: (m[k] - m0[k]) / d for k in m})))
+    print("locked=%.3f fences=%.3f runtime=%.3f %s" % (lk, other, rt, fmt_misses({k: (m[k] - m0[k]) / d for k in m})))
 
 def share(edges, root):
     """the fraction of each function's self cost that falls inside ROOT's
@@ -881,13 +890,14 @@ vhostmq_measure() {
     local lk
     if lk=$(cgpy vlocked "$N" "$N0" "$LOGS/vhostmq-$p-$N.callgrind" "$LOGS/vhostmq-$p-$N0.callgrind" \
         "$LOGS/vhostmq-$p.locked.txt.try" 2>>"$LOGS/vhostmq-$p-$N.log") && [[ $lk =~ ^locked=([0-9.-]+) ]]; then
-        VM_LK=${BASH_REMATCH[1]} VM_CS=n/a
+        VM_LK=${BASH_REMATCH[1]} VM_CS=n/a VM_RT=n/a
+        [[ $lk =~ runtime=([0-9.-]+) ]] && VM_RT=${BASH_REMATCH[1]}
         [[ $lk =~ d1=([0-9.-]+)\ lld=([0-9.-]+) ]] && VM_CS="${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
     else
-        VM_LK=fail VM_CS=fail
+        VM_LK=fail VM_CS=fail VM_RT=fail
         vmq_log "vhostmq $p: locked-instruction count failed: $(tail -n 1 "$LOGS/vhostmq-$p-$N.log")"
     fi
-    vmq_log "vhostmq $p: $VM_PF instructions/frame ((${T[$N]} - ${T[$N0]}) / $((N - N0)); $VM_TOT in the calls callgrind attributes to the benchmark), $VM_LK locked/frame$([[ $CACHE == yes ]] && echo ", simulated D1/LLd misses $VM_CS")"
+    vmq_log "vhostmq $p: $VM_PF instructions/frame ((${T[$N]} - ${T[$N0]}) / $((N - N0)); $VM_TOT in the calls callgrind attributes to the benchmark), $VM_LK locked/frame (the Go runtime's in the passes apart: $VM_RT)$([[ $CACHE == yes ]] && echo ", simulated D1/LLd misses $VM_CS")"
 }
 
 # ---------------------------------------------------------------- DPDK
@@ -1184,14 +1194,15 @@ if [[ -n $BUDGET ]]; then
         else
             echo "budget: ok $bp: $v instructions/frame, budget $bi ($(awk -v v="$v" -v b="$bi" 'BEGIN { printf "%+.1f", 100 * (v - b) / b }') %)"
         fi
-        # locked instructions per frame (third column; a 2-column file
-        # budgets instructions only): over by more than max(10 %, 0.02)
-        # fails. The path's own are exact (17 per p2p burst), but the Go
+        # locked instructions per frame, the path's own (third column; a
+        # 2-column file budgets instructions only): over by more than
+        # max(10 %, 0.02) fails. They are exact (8 per p2p burst); the Go
         # runtime's inside a pass are not (lock2, pidleget after a
-        # syscall: a few dozen more or fewer per run, up to +-0.01 per
-        # frame with --smoke's 3200 frames); 0.02 is twice that and under
-        # one more locked instruction per 32-frame burst (0.031), so a
-        # new one per burst fails on any path budgeted below 0.31
+        # syscall, another goroutine's allocation after a switch: up to
+        # 0.027 per frame with --smoke's 3200 frames on a busy CI
+        # machine) and are counted apart, not budgeted. 0.02 is under one
+        # more locked instruction per 32-frame burst (0.031), so a new
+        # one per burst fails on any path budgeted below 0.31
         bl=${bl%%#*}
         bl=${bl//[[:space:]]/}
         [[ -n $bl ]] || continue
