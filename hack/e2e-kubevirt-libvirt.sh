@@ -60,7 +60,10 @@
 # libvirt-clients libxml2-utils qemu-system-x86 (and jq, python3, the guest
 # image tools); the guest kernel comes from hack/install-deps.sh.
 # libvirtd and virtlogd are started (foreground, under timeout) only if none
-# is running, and then stopped by PID; what that libvirtd leaves (its empty
+# is running, and then stopped by PID; that libvirtd runs in a mount namespace
+# of its own where /dev/kvm is hidden (libvirt's capabilities cache is
+# otherwise outdated at every lookup on machines whose /dev/kvm group is not
+# kvm: a QEMU probe per virsh call); what that libvirtd leaves (its empty
 # /sys/fs/cgroup/*/machine cgroups, /run/libvirt) is removed if it was not
 # there before. The domain is destroyed and undefined, its libvirt log
 # (/var/log/libvirt/qemu/NAME.log) moved into the work dir. Every other
@@ -118,6 +121,18 @@ host_pgrep() {
     done
     return 0
 }
+# drop_shim_caps: libvirt keeps a capabilities file (about 100-270 kB) for
+# every emulator path it probed, and the shim's path is new in every run:
+# drop those of this script's work dirs that are gone
+drop_shim_caps() {
+    local f emu
+    for f in /var/cache/libvirt/qemu/capabilities/*.xml; do
+        [[ -f $f ]] || continue
+        emu=$(sed -n 's|.*<emulator>\(.*\)</emulator>.*|\1|p' "$f" | head -n 1)
+        [[ $emu == /var/tmp/vhostmq-e2e-kvlv.*/bin/* && ! -e $emu ]] && rm -f "$f"
+    done
+    return 0
+}
 on_exit() {
     local rc=$?
     set +e
@@ -132,6 +147,7 @@ on_exit() {
             if [[ $d == /run/libvirt ]]; then rm -rf /run/libvirt; else rmdir "$d" 2>/dev/null; fi
         done
     fi
+    drop_shim_caps
     if ((!VMQ_REPORTED)); then
         ((rc == 0 || ${#VMQ_FAILS[@]} > 0)) || vmq_fail "aborted (exit status $rc; see the log above)"
         vmq_fails_report
@@ -211,7 +227,26 @@ else
         vmq_bg "$WORK/virtlogd.log" "$BUDGET" virtlogd
         VIRTLOGD_PID=$VMQ_BG_PID
     fi
-    vmq_bg "$WORK/libvirtd.log" "$BUDGET" libvirtd
+    if [[ -e /dev/kvm ]]; then
+        # libvirtd in a mount namespace of its own where /dev/kvm is an
+        # empty root-only file: the domain runs TCG (type qemu) all the
+        # same, and libvirt's capabilities cache stays valid. With the real
+        # device, libvirt probes KVM as QEMU sees it (usable) but checks
+        # the cache against /dev/kvm's access for libvirt-qemu (here no: a
+        # group that is not kvm), finds every cache entry outdated and
+        # probes QEMU again at every lookup: about 12 s a binary idle, over
+        # 60 s for one virsh define while the peer guest boots (a CI run).
+        # Its qemu.conf gets KubeVirt's virt-launcher setting namespaces = [ ]
+        # (no private /dev per domain, which would try to move our mount).
+        install -m 0600 /dev/null "$WORK/no-kvm"
+        { cat /etc/libvirt/qemu.conf; echo 'namespaces = [ ]'; } >"$WORK/qemu.conf"
+        # shellcheck disable=SC2016  # the inner script expands its own arguments
+        vmq_bg "$WORK/libvirtd.log" "$BUDGET" unshare --mount --propagation private -- \
+            bash -c 'mount --bind "$1" /dev/kvm && mount --bind "$2" /etc/libvirt/qemu.conf && exec libvirtd' \
+            libvirtd "$WORK/no-kvm" "$WORK/qemu.conf"
+    else
+        vmq_bg "$WORK/libvirtd.log" "$BUDGET" libvirtd
+    fi
     LIBVIRTD_PID=$VMQ_BG_PID
     for ((i = 0; i < 600; i++)); do
         timeout 10 virsh -q version >/dev/null 2>&1 && break
@@ -220,7 +255,7 @@ else
     done
     timeout 10 virsh -q version >/dev/null 2>&1 ||
         { tail -n 20 "$WORK/libvirtd.log" >&2; abort "libvirtd did not come up (log $WORK/libvirtd.log)"; }
-    vmq_log "started libvirtd (pid $LIBVIRTD_PID)${VIRTLOGD_PID:+ and virtlogd (pid $VIRTLOGD_PID)}"
+    vmq_log "started libvirtd (pid $LIBVIRTD_PID)${VIRTLOGD_PID:+ and virtlogd (pid $VIRTLOGD_PID)}$([[ -e /dev/kvm ]] && echo ", /dev/kvm hidden from it")"
 fi
 LV_VERSION=$(timeout 20 virsh version 2>/dev/null | awk '/Using library/ { l = $NF } /Running hypervisor/ { h = $NF } END { print "libvirt " l ", QEMU " h }')
 T_LIBVIRT=$(vmq_now)
