@@ -74,7 +74,7 @@ else
     bad netns "cannot create a network namespace (ip netns add): the CNI, uplink and cluster tests need CAP_SYS_ADMIN"
 fi
 if [[ -e /dev/kvm ]]; then
-    info kvm "/dev/kvm exists; the tests run QEMU with TCG all the same (guests do not start under KVM on this machine kind)"
+    info kvm "/dev/kvm exists ($(stat -c '%U:%G %a' /dev/kvm)); the tests run QEMU with TCG all the same (guests do not start under KVM on this machine kind); e2e-kubevirt-libvirt's libvirtd does not see it"
 else
     info kvm "no /dev/kvm; QEMU runs TCG"
 fi
