@@ -27,6 +27,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
 // Config configures the dataplane as a whole.
@@ -46,6 +47,10 @@ type Config struct {
 	// AFXDP, when set instead, is the af_xdp uplink: AF_XDP sockets on a
 	// NIC (dataplane/afxdp).
 	AFXDP *afxdp.Config
+	// VXLAN, when set instead, is the vxlan uplink: networks reach the
+	// other nodes' through VXLAN tunnels over the node's network
+	// (overlay.go).
+	VXLAN *vxlan.Config
 	// Topology gives each worker CPU's NUMA node; nil reads /sys. A port's
 	// pairs, and the rebalancer's moves, stay on one node unless
 	// Rebalance.CrossNUMA.
@@ -210,8 +215,8 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 		d.workers = append(d.workers, w)
 	}
-	if cfg.Uplink != nil || cfg.AFXDP != nil {
-		if err := d.openUplink(cfg.Uplink, cfg.AFXDP, cfg.Handed); err != nil {
+	if cfg.Uplink != nil || cfg.AFXDP != nil || cfg.VXLAN != nil {
+		if err := d.openUplink(cfg.Uplink, cfg.AFXDP, cfg.VXLAN, cfg.Handed); err != nil {
 			d.closeWorkers()
 			return nil, err
 		}
@@ -267,9 +272,13 @@ type PortOptions struct {
 	// DHCP, when set, makes the dataplane answer the guest's DHCPv4
 	// client with this lease instead of switching its requests.
 	DHCP *dhcp.Lease
-	// Uplink puts the port's network on the dataplane's tap uplink (every
+	// Uplink puts the port's network on the dataplane's uplink (every
 	// port of a network must agree).
 	Uplink bool
+	// VNI is the network's VXLAN network identifier on the vxlan uplink
+	// (1..vxlan.MaxVNI; 0 on the other kinds); every port of a network
+	// must agree on it.
+	VNI uint32
 	// Security says which source addresses the port's guest may send
 	// from (security.go); the zero value is on.
 	Security PortSecurity
@@ -365,10 +374,13 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		},
 		RARP: func(_ *netdev.Port, mac net.HardwareAddr) { d.announced(p, mac) },
 	}
-	if err := d.checkNetwork(opt.Network, opt.VLAN); err != nil {
+	if opt.VNI > vxlan.MaxVNI {
+		return nil, fmt.Errorf("port %q: vni: %d is outside 1..%d", cfg.Name, opt.VNI, vxlan.MaxVNI)
+	}
+	if err := d.checkNetwork(opt.Network, opt.VLAN, opt.VNI); err != nil {
 		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
-	if err := d.checkUplink(opt.Network, opt.VLAN, opt.Uplink, cfg.MTU); err != nil {
+	if err := d.checkUplink(opt.Network, opt.VLAN, opt.VNI, opt.Uplink, cfg.MTU); err != nil {
 		return nil, fmt.Errorf("port %q: %w", cfg.Name, err)
 	}
 	dev, err := newDev(hooks)
@@ -379,7 +391,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 	p.setLimits(newLimits(opt.Bandwidth, dev.MTU()))
 	d.next = (d.next + 1) % len(d.workers)
 	d.byName[cfg.Name] = p
-	d.joinNetwork(p, opt.Network, opt.VLAN, opt.Uplink)
+	d.joinNetwork(p, opt.Network, opt.VLAN, opt.VNI, opt.Uplink)
 	d.pinOwn(p)
 	for i := range p.workers {
 		a := &assignment{port: p, pair: i, tx: dev.Vrings()[2*i+1], polling: opt.Polling, hold: txHold{kick: -1}}
@@ -387,7 +399,7 @@ func (d *Dataplane) addPort(cfg netdev.Config, opt PortOptions, newDev func(netd
 		p.workers[i].Load().add(a)
 	}
 	d.log.Info("port added", "port", cfg.Name, "socket", cfg.Socket, "role", cfg.Role, "queuePairs", cfg.QueuePairs, "mtu", dev.MTU(),
-		"network", opt.Network, "vlan", opt.VLAN, "dhcp", opt.DHCP != nil)
+		"network", opt.Network, "vlan", opt.VLAN, "vni", opt.VNI, "dhcp", opt.DHCP != nil)
 	return dev, nil
 }
 
@@ -482,6 +494,11 @@ func (d *Dataplane) routineAging() {
 			for _, n := range d.networks() {
 				if c := n.macs.Age(now.UnixNano(), int64(d.macAge)); c > 0 {
 					d.log.Debug("aged out MAC addresses", "network", n.name, "count", c)
+				}
+				if n.vteps != nil {
+					if c := n.vteps.Age(now.UnixNano(), int64(d.macAge)); c > 0 {
+						d.log.Debug("aged out addresses behind VTEPs", "network", n.name, "count", c)
+					}
 				}
 			}
 		}

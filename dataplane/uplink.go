@@ -13,6 +13,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync/atomic"
 	"time"
@@ -24,12 +25,14 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
 // Uplink kinds.
 const (
 	UplinkTap   = "tap"
 	UplinkAFXDP = "af_xdp"
+	UplinkVXLAN = "vxlan"
 )
 
 // txHeadroom is where a frame to the uplink starts in its TxFrame buffer:
@@ -58,6 +61,7 @@ type uplink struct {
 	kind string
 	tap  *tap.Device   // kind tap
 	xdp  *afxdp.Device // kind af_xdp
+	vx   *overlay      // kind vxlan
 	mtu  int           // the largest frame the uplink carries, less the Ethernet header
 	// macGen changes when guest MACs leave the af_xdp device's map, so
 	// that workers forget which ones they added.
@@ -65,6 +69,9 @@ type uplink struct {
 	// byVLAN maps a VLAN ID (0: untagged) to the network using it on the
 	// uplink; copy on write under Dataplane.mu.
 	byVLAN atomic.Pointer[map[int]*network]
+	// byVNI maps a VNI to the network using it on the vxlan uplink; copy
+	// on write under Dataplane.mu.
+	byVNI atomic.Pointer[map[uint32]*network]
 	UplinkCounters
 }
 
@@ -110,6 +117,13 @@ type UplinkStats struct {
 	// not learn behind the uplink: it holds uplink.maxMACs already, and
 	// unicast to the rest floods its guests.
 	MACTableFull uint64 `json:"macTableFull,omitempty"`
+	// vxlan: datagrams from an address that is no VTEP, datagrams that
+	// are not VXLAN (or too long), frames with no VTEP to go to; and
+	// each VTEP's counters
+	RxUnknownVTEP uint64      `json:"rxUnknownVtep,omitempty"`
+	RxInvalid     uint64      `json:"rxInvalid,omitempty"`
+	TxNoVTEP      uint64      `json:"txNoVtep,omitempty"`
+	VTEPs         []VTEPStats `json:"vteps,omitempty"`
 	// offloads
 	TxGSOWhole     uint64 `json:"txGsoWhole"`
 	TxGSOSegmented uint64 `json:"txGsoSegmented"`
@@ -155,13 +169,24 @@ func (q *tapQueue) Send(off, n int) bool {
 
 // openUplink opens the configured uplink device and puts each worker's
 // queue into its epoll set.
-func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedUplink) error {
+func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, vc *vxlan.Config, handed *HandedUplink) error {
 	u := &uplink{}
 	paused := false // an adopted tap is read once the adopted ports are served
 	queues := make([]uplinkQueue, len(d.workers))
 	switch {
-	case tc != nil && xc != nil:
-		return errors.New("uplink: tap and af_xdp exclude each other")
+	case (tc != nil) && (xc != nil) || (tc != nil || xc != nil) && vc != nil:
+		return errors.New("uplink: tap, af_xdp and vxlan exclude each other")
+	case vc != nil:
+		o, err := openOverlay(*vc, len(d.workers))
+		if err != nil {
+			return fmt.Errorf("uplink.vxlan.%w", err)
+		}
+		u.kind, u.vx, u.mtu = UplinkVXLAN, o, vxlan.InnerMTU(o.cfg.MTU)
+		for i := range queues {
+			queues[i] = o.queues[i]
+		}
+		d.log.Info("vxlan uplink up", "local", o.cfg.Local.String(), "port", o.cfg.Port, "underlayMTU", o.cfg.MTU, "mtu", u.mtu,
+			"vteps", len(o.peers.Load().all))
 	case tc != nil:
 		dev, adopted, err := adoptTap(tc, handed, len(d.workers))
 		if err != nil {
@@ -199,6 +224,7 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 			"nodeAddresses", len(own))
 	}
 	u.byVLAN.Store(&map[int]*network{})
+	u.byVNI.Store(&map[uint32]*network{})
 	for i, w := range d.workers {
 		fd := queues[i].FD()
 		if fd < 0 {
@@ -213,6 +239,7 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, handed *HandedU
 	for i, w := range d.workers {
 		w.up = &workerUplink{u: u, q: queues[i], known: map[vswitch.MAC]struct{}{}, limit: int64(heldLimit), epfd: w.epfd}
 		w.up.tapq, _ = queues[i].(*tapQueue)
+		w.up.vxq, _ = queues[i].(*vxlan.Queue)
 		w.up.held.kick = -1
 		w.up.pause.Store(paused)
 		w.wake()
@@ -228,11 +255,17 @@ func (u *uplink) close() {
 	if u.xdp != nil {
 		u.xdp.Close()
 	}
+	if u.vx != nil {
+		u.vx.close()
+	}
 }
 
 func (u *uplink) check() error {
-	if u.tap != nil {
+	switch {
+	case u.tap != nil:
 		return u.tap.Check()
+	case u.vx != nil:
+		return u.vx.check()
 	}
 	return u.xdp.Check()
 }
@@ -298,10 +331,13 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 		TxDropped: u.TxDropped.Load(), TxOversize: u.TxOversize.Load(), MACErrors: u.MACErrors.Load(), MACTableFull: u.MACTableFull.Load()}
 	s.TxGSOWhole, s.TxGSOSegmented, s.TxCsumSoftware = u.TxGSOWhole.Load(), u.TxGSOSegmented.Load(), u.TxCsumSoftware.Load()
 	s.RxBadOffload = u.RxBadOffload.Load()
-	if u.tap != nil {
+	switch {
+	case u.tap != nil:
 		cfg := u.tap.Config()
 		s.Name, s.Attach, s.Queues = cfg.Name, cfg.Attach, u.tap.Queues()
-	} else {
+	case u.vx != nil:
+		d.overlayStats(&s)
+	default:
 		s.Name, s.Queues, s.Mode = u.xdp.Config().Interface, u.xdp.Queues(), u.xdp.Mode().String()
 	}
 	if err := u.check(); err != nil {
@@ -313,7 +349,7 @@ func (d *Dataplane) UplinkStats() (UplinkStats, bool) {
 // checkUplink refuses a network on the uplink when there is none, when it
 // is down, or when another network uses the VLAN there, and a port on it
 // whose MTU is more than the uplink carries. Caller holds d.mu.
-func (d *Dataplane) checkUplink(name string, vlan int, want bool, mtu int) error {
+func (d *Dataplane) checkUplink(name string, vlan int, vni uint32, want bool, mtu int) error {
 	if want && d.up != nil {
 		if err := d.up.checkMTU(mtu); err != nil {
 			return err
@@ -334,6 +370,21 @@ func (d *Dataplane) checkUplink(name string, vlan int, want bool, mtu int) error
 	if err := d.up.check(); err != nil {
 		return fmt.Errorf("uplink: %w", err)
 	}
+	if d.up.vx != nil {
+		switch {
+		case vlan != 0:
+			return fmt.Errorf("vlan: %d, but on the vxlan uplink a network is told apart by its vni, not a VLAN", vlan)
+		case vni == 0:
+			return fmt.Errorf("vni: a network on the vxlan uplink needs one (1..%d)", vxlan.MaxVNI)
+		}
+		if other, ok := (*d.up.byVNI.Load())[vni]; ok {
+			return fmt.Errorf("vni: %d is used on the uplink by network %q", vni, other.name)
+		}
+		return nil
+	}
+	if vni != 0 {
+		return fmt.Errorf("vni: %d, but the uplink is %s, not vxlan", vni, d.up.kind)
+	}
 	if other, ok := (*d.up.byVLAN.Load())[vlan]; ok {
 		return fmt.Errorf("vlan: %d is used on the uplink by network %q", vlan, other.name)
 	}
@@ -350,6 +401,9 @@ func (u *uplink) checkMTU(mtu int) error {
 		return nil
 	}
 	why := "uplink.tap.mtu"
+	if u.vx != nil {
+		why = fmt.Sprintf("uplink.vxlan.mtu %d less %d bytes of VXLAN encapsulation", u.vx.cfg.MTU, vxlan.Overhead)
+	}
 	if u.xdp != nil {
 		why = "the MTU of " + u.xdp.Config().Interface
 		if u.mtu < u.xdp.MTU() {
@@ -372,6 +426,13 @@ func (d *Dataplane) CheckUplinkMTU(mtu int) error {
 func (d *Dataplane) attachUplink(n *network) {
 	n.up = &port{net: n, up: d.up, guard: &guard{}, mac: noKey}
 	n.macs.SetLimit(n.up, d.uplinkMACs)
+	if d.up.vx != nil {
+		n.vteps = vswitch.NewTable[*vxlan.Peer](d.uplinkMACs)
+		m := maps.Clone(*d.up.byVNI.Load())
+		m[n.vni] = n
+		d.up.byVNI.Store(&m)
+		return
+	}
 	m := map[int]*network{}
 	for k, v := range *d.up.byVLAN.Load() {
 		m[k] = v
@@ -384,6 +445,12 @@ func (d *Dataplane) attachUplink(n *network) {
 // Caller holds d.mu.
 func (d *Dataplane) detachUplink(n *network) {
 	if n.up == nil {
+		return
+	}
+	if n.vteps != nil {
+		m := maps.Clone(*d.up.byVNI.Load())
+		delete(m, n.vni)
+		d.up.byVNI.Store(&m)
 		return
 	}
 	m := map[int]*network{}
@@ -442,6 +509,9 @@ func (d *Dataplane) exportUplink(fds []int) (*handoff.Uplink, []int, error) {
 	u := d.up
 	if u == nil {
 		return nil, fds, nil
+	}
+	if u.vx != nil {
+		return nil, fds, nil // the successor opens its own sockets (SO_REUSEPORT)
 	}
 	if u.tap == nil {
 		return nil, fds, fmt.Errorf("the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", u.kind)

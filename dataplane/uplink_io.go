@@ -27,6 +27,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/virtio"
 	"github.com/vhostmq/vhostmq/dataplane/virtq"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
 // heldLimit is how long a frame from the uplink waits for its guest to
@@ -56,7 +57,9 @@ type workerUplink struct {
 	pause, parked atomic.Bool
 	notifyOn      *netdev.Vring // the RX ring armUplinkHold asked to kick
 	pending       bool          // frames sent since the last Flush
-	tapq          *tapQueue     // the tap queue (vnet headers), nil for af_xdp
+	tapq          *tapQueue     // the tap queue (vnet headers), nil for af_xdp and vxlan
+	vxq           *vxlan.Queue  // the vxlan queue, nil for tap and af_xdp
+	one           [1]*vxlan.Peer
 	meta          upMeta        // offload metadata of the frame at next (uplinkMetaIn)
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
@@ -184,11 +187,18 @@ func (w *worker) fromUplink(u *uplink, frame []byte, now int64) bool {
 	u.RxPackets.Add(1)
 	u.RxBytes.Add(uint64(len(frame)))
 	n := len(frame)
-	vid, frame := vswitch.PopVLAN(frame)
-	nw := (*u.byVLAN.Load())[vid]
-	if nw == nil {
-		u.RxNoNetwork.Add(1)
-		return true
+	var nw *network
+	if w.up.vxq != nil {
+		if nw = w.fromVTEP(u, frame, now); nw == nil {
+			return true
+		}
+	} else {
+		var vid int
+		vid, frame = vswitch.PopVLAN(frame)
+		if nw = (*u.byVLAN.Load())[vid]; nw == nil {
+			u.RxNoNetwork.Add(1)
+			return true
+		}
 	}
 	if !w.uplinkMetaIn(frame, len(frame) != n) {
 		u.RxBadOffload.Add(1)
@@ -481,6 +491,10 @@ func (w *worker) sendUplinkHdr(nw *network, buf []byte, start, n int, h *virtio.
 	if n > limit {
 		u.TxOversize.Add(1)
 		wu.q.Cancel()
+		return
+	}
+	if wu.vxq != nil {
+		w.sendOverlay(nw, buf, start, n)
 		return
 	}
 	if nw.vlan != 0 {

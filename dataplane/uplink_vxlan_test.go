@@ -1,0 +1,229 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
+	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
+)
+
+// overlayBed is three "nodes" on three subnets joined only by a router
+// namespace (no shared L2): A (10.1.0.2) and B (10.2.0.2) run dataplanes
+// with vxlan uplinks, K (10.3.0.2) the kernel's own vxlan device on VNI
+// 100 with 10.9.0.3/24, as an interoperability peer.
+type overlayBed struct {
+	a, b, k, router string
+	kernelMAC       [6]byte
+}
+
+var (
+	vtepA = netip.MustParseAddr("10.1.0.2")
+	vtepB = netip.MustParseAddr("10.2.0.2")
+	vtepK = netip.MustParseAddr("10.3.0.2")
+)
+
+func newOverlayBed(t *testing.T) *overlayBed {
+	pid := os.Getpid()
+	o := &overlayBed{a: fmt.Sprintf("vxa%d", pid), b: fmt.Sprintf("vxb%d", pid), k: fmt.Sprintf("vxk%d", pid), router: fmt.Sprintf("vxr%d", pid)}
+	nettest.AddNetns(t, o.a, o.b, o.k, o.router)
+	nettest.Run(t, "ip", "netns", "exec", o.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	for i, ns := range []string{o.a, o.b, o.k} {
+		sub := i + 1
+		nettest.Run(t, "ip", "-n", o.router, "link", "add", fmt.Sprintf("r%d", sub), "type", "veth", "peer", "name", "up0", "netns", ns)
+		nettest.Run(t, "ip", "-n", o.router, "addr", "add", fmt.Sprintf("10.%d.0.1/24", sub), "dev", fmt.Sprintf("r%d", sub))
+		nettest.Run(t, "ip", "-n", o.router, "link", "set", fmt.Sprintf("r%d", sub), "up")
+		nettest.Run(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.%d.0.2/24", sub), "dev", "up0")
+		nettest.Run(t, "ip", "-n", ns, "link", "set", "up0", "up")
+		nettest.Run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+		nettest.Run(t, "ip", "-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.%d.0.1", sub))
+	}
+	nettest.Run(t, "ip", "-n", o.k, "link", "add", "vx0", "type", "vxlan", "id", "100", "dstport", "4789", "local", "10.3.0.2", "dev", "up0")
+	nettest.Run(t, "ip", "-n", o.k, "link", "set", "vx0", "mtu", "1450", "up")
+	nettest.Run(t, "ip", "-n", o.k, "addr", "add", "10.9.0.3/24", "dev", "vx0")
+	for _, dst := range []string{"10.1.0.2", "10.2.0.2"} { // the kernel's head-end replication list
+		nettest.Run(t, "bridge", "-n", o.k, "fdb", "append", "00:00:00:00:00:00", "dev", "vx0", "dst", dst)
+	}
+	out := nettest.Run(t, "ip", "-n", o.k, "-br", "link", "show", "vx0")
+	hw, err := net.ParseMAC(strings.Fields(out)[2])
+	if err != nil {
+		t.Fatalf("vx0's MAC from %q: %v", out, err)
+	}
+	o.kernelMAC = [6]byte(hw)
+	return o
+}
+
+func overlayDataplane(t *testing.T, ns string, local netip.Addr) *Dataplane {
+	var d *Dataplane
+	var err error
+	nettest.In(t, ns, func() {
+		d, err = New(Config{CPUs: []int{0, 1}, Logger: testLogger(t),
+			VXLAN: &vxlan.Config{Local: local, MTU: 1500, VTEPs: []netip.Addr{vtepA, vtepB, vtepK}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
+}
+
+func addOverlayPort(t *testing.T, d *Dataplane, name string, mtu int, opt PortOptions) (string, error) {
+	s := sockPath(t, name)
+	return s, d.AddPort(netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: mtu}, opt)
+}
+
+// TestVXLANUplink: guests on two nodes that share no L2 segment are on one
+// network through the vxlan uplinks (flood, learned unicast), and reach
+// the kernel's vxlan device on a third node (ARP, ping: the wire format is
+// the standard's both ways); addresses are learned behind their VTEPs and
+// forgotten when a VTEP goes; a datagram from an address that is no VTEP
+// is dropped; a frame the underlay cannot carry is refused, never
+// fragmented; a port or network that does not fit the uplink gets an
+// error naming the field.
+func TestVXLANUplink(t *testing.T) {
+	o := newOverlayBed(t)
+	da := overlayDataplane(t, o.a, vtepA)
+	db := overlayDataplane(t, o.b, vtepB)
+	ov := PortOptions{Network: "ov", VNI: 100, Uplink: true}
+	sa, err := addOverlayPort(t, da, "a", 1450, ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := addOverlayPort(t, db, "b", 1450, ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := dial(t, sa, frontend.Config{}), dial(t, sb, frontend.Config{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			s1, _ := da.UplinkStats()
+			s2, _ := db.UplinkStats()
+			t.Logf("uplink stats: A %+v\nB %+v", s1, s2)
+			t.Log(nettest.Run(t, "ip", "-s", "-n", o.k, "link", "show", "vx0"), nettest.Run(t, "bridge", "-n", o.k, "fdb", "show", "dev", "vx0"))
+		}
+	})
+	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+	// across the router: a's broadcast reaches b, b's answer is unicast
+	if err := a.Send(0, ipFrame(bcast, macA)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, b, "a's broadcast at b (node B, through the router)", isFrom(macA))
+	if err := b.Send(0, ipFrame(macA, macB)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, a, "b's unicast at a", isFrom(macB))
+
+	// the kernel's vxlan device on node K: ARP and ping
+	ipA, ipK := [4]byte{10, 9, 0, 1}, [4]byte{10, 9, 0, 3}
+	if err := a.Send(0, nettest.ARPRequest(macA, ipA, ipK)); err != nil {
+		t.Fatal(err)
+	}
+	r := recvMatching(t, a, "ARP reply from the kernel's vxlan device", isARPReply(ipK))
+	if [6]byte(r[22:28]) != o.kernelMAC {
+		t.Errorf("ARP reply from %x, want vx0's %x", r[22:28], o.kernelMAC)
+	}
+	if err := a.Send(0, echoRequest(o.kernelMAC, macA, ipA, ipK, 9)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, a, "echo reply from 10.9.0.3 (kernel vxlan)", func(f []byte) bool {
+		return len(f) >= 42 && f[23] == 1 && f[34] == 0 && [4]byte(f[26:30]) == ipK && binary.BigEndian.Uint16(f[38:]) == 9
+	})
+
+	// what node A learned, and where
+	behind := func(mac [6]byte) string {
+		for _, e := range da.OverlayTable(time.Now().UnixNano()) {
+			if e.MAC == net.HardwareAddr(mac[:]).String() {
+				return e.VTEP
+			}
+		}
+		return ""
+	}
+	if v := behind(macB); v != "10.2.0.2" {
+		t.Errorf("b's MAC behind %q, want 10.2.0.2", v)
+	}
+	if v := behind(o.kernelMAC); v != "10.3.0.2" {
+		t.Errorf("vx0's MAC behind %q, want 10.3.0.2", v)
+	}
+	st, _ := da.UplinkStats()
+	if st.Kind != UplinkVXLAN || !st.Healthy || len(st.VTEPs) != 2 || st.Name != "10.1.0.2:4789" {
+		t.Fatalf("A's uplink: kind %q healthy %v name %q VTEPs %+v; want vxlan, the two others", st.Kind, st.Healthy, st.Name, st.VTEPs)
+	}
+	for _, v := range st.VTEPs {
+		if v.TxPackets == 0 || v.RxPackets == 0 || v.MACs != 1 || v.TxErrors != 0 {
+			t.Errorf("VTEP %+v: want traffic both ways, one address behind it, no errors", v)
+		}
+	}
+
+	// a datagram from the router's address (no VTEP) is dropped
+	var rogue *vxlan.Queue
+	nettest.In(t, o.router, func() { rogue, err = vxlan.Open(netip.MustParseAddr("10.1.0.1"), vxlan.DefaultPort) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	pa, _ := vxlan.NewPeer(vtepA)
+	buf := rogue.TxFrame()
+	f := ipFrame(macA, [6]byte{0x52, 0x54, 0, 0, 0x66, 0x66})
+	copy(buf[14:], f)
+	rogue.SendTo(14, len(f), 100, 1, []*vxlan.Peer{pa})
+	rogue.Flush()
+	noneMatching(t, a, "a frame from an address that is no VTEP reached a", isFrom([6]byte{0x52, 0x54, 0, 0, 0x66, 0x66}))
+	if st, _ := da.UplinkStats(); st.RxUnknownVTEP != 1 {
+		t.Errorf("rxUnknownVtep %d, want 1", st.RxUnknownVTEP)
+	}
+
+	// node B goes: what was learned behind it is forgotten
+	if err := da.SetVTEPs([]netip.Addr{vtepA, vtepK}); err != nil {
+		t.Fatal(err)
+	}
+	if v := behind(macB); v != "" {
+		t.Errorf("b's MAC still behind %q after its VTEP went", v)
+	}
+	if err := da.SetVTEPs([]netip.Addr{vtepA, vtepB, vtepK}); err != nil {
+		t.Fatal(err)
+	}
+
+	// the underlay shrinks under a 1450-byte frame: refused and counted
+	// at the VTEP, nothing fragmented reaches b
+	nettest.Run(t, "ip", "-n", o.a, "link", "set", "up0", "mtu", "1400")
+	big := udpFrame(macB, macA, 1, 2, make([]byte, 1450-28))
+	if err := a.Send(0, big); err != nil {
+		t.Fatal(err)
+	}
+	noneMatching(t, b, "a frame larger than the underlay carries reached b", func(f []byte) bool { return len(f) == len(big) })
+	var txErr uint64
+	st, _ = da.UplinkStats()
+	for _, v := range st.VTEPs {
+		txErr += v.TxErrors
+	}
+	if txErr != 2 { // to b, and flooded to K too (b's MAC was forgotten)
+		t.Errorf("VTEP txErrors %d after a frame over the underlay's MTU, want 2 (%+v)", txErr, st.VTEPs)
+	}
+
+	// ports and networks that do not fit the uplink
+	for _, c := range []struct {
+		name string
+		mtu  int
+		opt  PortOptions
+		want string
+	}{
+		{"m", 1500, ov, `mtu: 1500 is more than the vxlan uplink carries: 1450 (uplink.vxlan.mtu 1500 less 50 bytes of VXLAN encapsulation)`},
+		{"v", 1450, PortOptions{Network: "tagged", VLAN: 7, VNI: 7, Uplink: true}, "vlan: 7, but on the vxlan uplink a network is told apart by its vni"},
+		{"n", 1450, PortOptions{Network: "novni", Uplink: true}, "vni: a network on the vxlan uplink needs one"},
+		{"dup", 1450, PortOptions{Network: "other", VNI: 100, Uplink: true}, `vni: 100 is used on the uplink by network "ov"`},
+		{"agree", 1450, PortOptions{Network: "ov", VNI: 101, Uplink: true}, `vni: 101, but network "ov" has vni 100`},
+	} {
+		if _, err := addOverlayPort(t, da, c.name, c.mtu, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("port %q: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
