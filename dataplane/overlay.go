@@ -33,7 +33,7 @@ import (
 type overlay struct {
 	cfg    vxlan.Config
 	nl     *netlink.Handle // in the network namespace the sockets were made in
-	queues []*vxlan.Queue // one per worker
+	queues []*vxlan.Queue  // one per worker
 	peers  atomic.Pointer[peerSet]
 	// RxUnknownVTEP counts datagrams from an address that is no VTEP:
 	// only the nodes' addresses may put frames on a network.

@@ -60,7 +60,7 @@ type workerUplink struct {
 	tapq          *tapQueue     // the tap queue (vnet headers), nil for af_xdp and vxlan
 	vxq           *vxlan.Queue  // the vxlan queue, nil for tap and af_xdp
 	one           [1]*vxlan.Peer
-	meta          upMeta        // offload metadata of the frame at next (uplinkMetaIn)
+	meta          upMeta // offload metadata of the frame at next (uplinkMetaIn)
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
 	known map[vswitch.MAC]struct{}
