@@ -16,11 +16,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/vhostmq/vhostmq/dataplane"
 	"github.com/vhostmq/vhostmq/dataplane/agent"
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/config"
+	"github.com/vhostmq/vhostmq/dataplane/vteps"
 )
 
 func main() {
@@ -75,12 +78,26 @@ func run(path string) error {
 	}
 	// A dataplane still running on the state directory (an upgrade) hands
 	// its ports and tap uplink over: asked before the uplink is opened.
+	vc, err := cfg.VXLANConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	var nodes kubernetes.Interface // the vxlan uplink's VTEPs come from the Node objects
+	if vc != nil && cfg.Uplink.VXLAN.Nodes {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return fmt.Errorf("uplink.vxlan.nodes: %w", err)
+		}
+		if nodes, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("uplink.vxlan.nodes: %w", err)
+		}
+	}
 	take, err := agent.AskPredecessor(cfg.StateDir, log)
 	if err != nil {
 		return err
 	}
 	dp, err := dataplane.New(dataplane.Config{CPUs: cfg.CPUs, MACAge: time.Duration(cfg.MACAgeSeconds) * time.Second, Logger: log,
-		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig(),
+		Uplink: cfg.TapConfig(), AFXDP: cfg.AFXDPConfig(), VXLAN: vc, Rebalance: cfg.RebalanceConfig(), Watchdog: cfg.WatchdogConfig(),
 		RequireSealedMemory: cfg.RequireSealedMemory, MaxGuestMemory: cfg.MaxGuestMemory(),
 		UplinkMACs: cfg.UplinkMACs(), Handed: take.Uplink()})
 	if err != nil {
@@ -115,6 +132,13 @@ func run(path string) error {
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- ag.Serve(ctx) }()
+	if nodes != nil {
+		go func() {
+			if err := vteps.Watch(ctx, nodes, dp.SetVTEPs, log); err != nil && ctx.Err() == nil {
+				log.Error("watching the nodes for the VTEPs stopped", "err", err)
+			}
+		}()
+	}
 	if metricsAddr != "" {
 		go func() { errc <- ag.ServeMetrics(ctx, metricsAddr) }()
 	}

@@ -271,7 +271,8 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		cpus = append(cpus, s.cpu)
 	}
 	opt := dataplane.PortOptions{CPUs: cpus, Polling: polling(spec.Polling), Network: spec.Network, VLAN: int(spec.Vlan),
-		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP, Security: security(spec), Bandwidth: limitsOf(spec.Bandwidth)}
+		Uplink: spec.Uplink == UplinkTap || spec.Uplink == UplinkAFXDP || spec.Uplink == UplinkVXLAN, VNI: spec.Vni,
+		Security: security(spec), Bandwidth: limitsOf(spec.Bandwidth)}
 	if spec.Dhcp {
 		if opt.DHCP, err = leaseOf(spec); err != nil {
 			return nil, err // validated above: not reached

@@ -14,6 +14,7 @@ import (
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp"
 	"github.com/vhostmq/vhostmq/dataplane/vswitch"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
 // Uplink kinds a network may name.
@@ -21,6 +22,7 @@ const (
 	UplinkNone  = "none"
 	UplinkTap   = "tap"
 	UplinkAFXDP = "af_xdp"
+	UplinkVXLAN = "vxlan"
 )
 
 // networkPattern admits NAD names (namespace/name) and plain names.
@@ -68,9 +70,17 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 	if s.Vlan > vswitch.MaxVLAN {
 		return invalid("vlan", "%d is outside 0..%d", s.Vlan, vswitch.MaxVLAN)
 	}
+	switch {
+	case s.Uplink == UplinkVXLAN && (s.Vni == 0 || s.Vni > vxlan.MaxVNI):
+		return invalid("vni", "%d is outside 1..%d (a network on the vxlan uplink needs one)", s.Vni, vxlan.MaxVNI)
+	case s.Uplink == UplinkVXLAN && s.Vlan != 0:
+		return invalid("vlan", "%d, but on the vxlan uplink a network is told apart by its vni, not a VLAN", s.Vlan)
+	case s.Uplink != UplinkVXLAN && s.Vni != 0:
+		return invalid("vni", "%d, but uplink is %q: a vni is for the vxlan uplink", s.Vni, s.Uplink)
+	}
 	switch s.Uplink {
 	case UplinkNone:
-	case UplinkTap, UplinkAFXDP:
+	case UplinkTap, UplinkAFXDP, UplinkVXLAN:
 		if !a.dp.HasUplink(s.Uplink) {
 			return status.Errorf(codes.FailedPrecondition, "spec.uplink: %q, but this node has no %s uplink (agent config uplink.%s)", s.Uplink, s.Uplink, s.Uplink)
 		}
@@ -81,7 +91,7 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 			return status.Errorf(codes.FailedPrecondition, "spec.%v", err)
 		}
 	default:
-		return invalid("uplink", "%q is not %q, %q or %q", s.Uplink, UplinkNone, UplinkTap, UplinkAFXDP)
+		return invalid("uplink", "%q is not %q, %q, %q or %q", s.Uplink, UplinkNone, UplinkTap, UplinkAFXDP, UplinkVXLAN)
 	}
 	for _, r := range a.ports {
 		if r.spec.Id == s.Id || r.spec.Network != s.Network {
@@ -92,6 +102,9 @@ func (a *Agent) validateNetwork(s *agentv1.PortSpec) error {
 		}
 		if r.spec.Uplink != s.Uplink {
 			return invalid("uplink", "%q, but port %q of network %q has uplink %q", s.Uplink, r.spec.Id, s.Network, r.spec.Uplink)
+		}
+		if r.spec.Vni != s.Vni {
+			return invalid("vni", "%d, but port %q of network %q has vni %d", s.Vni, r.spec.Id, s.Network, r.spec.Vni)
 		}
 	}
 	if s.Ip == nil {

@@ -179,6 +179,8 @@ func firstDifference(a, b *agentv1.PortSpec) string {
 		return "dhcp"
 	case a.Uplink != b.Uplink:
 		return "uplink"
+	case a.Vni != b.Vni:
+		return "vni"
 	case a.PortSecurityOn() != b.PortSecurityOn():
 		return "port_security"
 	case !proto.Equal(a.Bandwidth, b.Bandwidth):

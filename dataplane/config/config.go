@@ -22,6 +22,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/afxdp"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 	"github.com/vhostmq/vhostmq/internal/bandwidth"
 )
 
@@ -143,6 +144,7 @@ func (c *Config) RebalanceConfig() dataplane.RebalanceConfig {
 type Uplink struct {
 	Tap   *TapUplink   `yaml:"tap,omitempty"`
 	AFXDP *AFXDPUplink `yaml:"af_xdp,omitempty"`
+	VXLAN *VXLANUplink `yaml:"vxlan,omitempty"`
 	// MaxMACs bounds the addresses each network learns behind the uplink
 	// (a LAN's hosts); beyond it, frames to the others flood the
 	// network's guests, counted (mac_table_full) and logged. Default 8192.
@@ -172,6 +174,87 @@ type AFXDPUplink struct {
 	// Generic attaches the XDP program in generic (SKB) mode even where
 	// the driver offers native XDP.
 	Generic bool `yaml:"generic,omitempty"`
+}
+
+// VXLANUplink is an overlay: the networks on it reach the same networks
+// on the other nodes through VXLAN tunnels over the node's routed
+// network, each network its own VNI.
+type VXLANUplink struct {
+	// Local is the node's underlay address, IPv4; empty: the NODE_IP
+	// environment variable (the chart sets it to the node's address).
+	Local string `yaml:"local,omitempty"`
+	// Port is the UDP port of every VTEP; default 4789 (IANA's).
+	Port int `yaml:"port,omitempty"`
+	// MTU is the underlay's MTU, default 1500; the guests' is 50 less.
+	MTU int `yaml:"mtu,omitempty"`
+	// VTEPs are the other nodes' underlay addresses, when Nodes is off.
+	VTEPs []string `yaml:"vteps,omitempty"`
+	// Nodes: the VTEPs are the cluster's nodes' InternalIP addresses,
+	// watched through the API server (in-cluster credentials; list and
+	// watch on nodes).
+	Nodes bool `yaml:"nodes,omitempty"`
+}
+
+// NodeIPEnv names the environment variable an empty uplink.vxlan.local
+// comes from.
+const NodeIPEnv = "NODE_IP"
+
+// VXLANConfig returns the vxlan uplink's configuration (local from
+// getenv(NodeIPEnv) when the file leaves it empty), or nil without one.
+func (c *Config) VXLANConfig(getenv func(string) string) (*vxlan.Config, error) {
+	if c.Uplink == nil || c.Uplink.VXLAN == nil {
+		return nil, nil
+	}
+	v := c.Uplink.VXLAN
+	vc := &vxlan.Config{Port: uint16(v.Port), MTU: v.MTU}
+	if vc.Port == 0 {
+		vc.Port = vxlan.DefaultPort
+	}
+	if vc.MTU == 0 {
+		vc.MTU = 1500
+	}
+	local, field := v.Local, "uplink.vxlan.local"
+	if local == "" {
+		local, field = getenv(NodeIPEnv), "uplink.vxlan.local (empty: $"+NodeIPEnv+")"
+	}
+	a, err := netip.ParseAddr(local)
+	if err != nil || !a.Is4() {
+		return nil, fmt.Errorf("%s: %q is not an IPv4 address", field, local)
+	}
+	vc.Local = a
+	for i, s := range v.VTEPs {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("uplink.vxlan.vteps[%d]: %q is not an IPv4 address", i, s)
+		}
+		vc.VTEPs = append(vc.VTEPs, a)
+	}
+	return vc, nil
+}
+
+// validate checks what the file says of the vxlan uplink.
+func (v *VXLANUplink) validate() []error {
+	var errs []error
+	if v.Port < 0 || v.Port > 65535 {
+		errs = append(errs, fmt.Errorf("uplink.vxlan.port: %d is outside 1..65535 (0: %d)", v.Port, vxlan.DefaultPort))
+	}
+	if v.MTU != 0 && (v.MTU < vxlan.MinUnderlayMTU || v.MTU > vxlan.MaxUnderlayMTU) {
+		errs = append(errs, fmt.Errorf("uplink.vxlan.mtu: %d is outside %d..%d (the underlay's MTU; 0: 1500)", v.MTU, vxlan.MinUnderlayMTU, vxlan.MaxUnderlayMTU))
+	}
+	if v.Local != "" {
+		if a, err := netip.ParseAddr(v.Local); err != nil || !a.Is4() {
+			errs = append(errs, fmt.Errorf("uplink.vxlan.local: %q is not an IPv4 address", v.Local))
+		}
+	}
+	for i, s := range v.VTEPs {
+		if a, err := netip.ParseAddr(s); err != nil || !a.Is4() {
+			errs = append(errs, fmt.Errorf("uplink.vxlan.vteps[%d]: %q is not an IPv4 address", i, s))
+		}
+	}
+	if v.Nodes && len(v.VTEPs) > 0 {
+		errs = append(errs, errors.New("uplink.vxlan: vteps and nodes exclude each other (nodes: the VTEPs come from the Node objects)"))
+	}
+	return errs
 }
 
 // TapUplink is a multiqueue tap (one queue per worker) the dataplane
@@ -361,14 +444,28 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("apiSocket: %q is %d bytes; a unix socket path must be shorter than 108", c.APISocket, len(c.APISocket)))
 	}
 	errs = append(errs, c.validateMetrics()...)
-	if c.Uplink != nil && c.Uplink.Tap == nil && c.Uplink.AFXDP == nil {
-		errs = append(errs, errors.New("uplink: names no kind (tap or af_xdp)"))
+	if c.Uplink != nil && c.Uplink.Tap == nil && c.Uplink.AFXDP == nil && c.Uplink.VXLAN == nil {
+		errs = append(errs, errors.New("uplink: names no kind (tap, af_xdp or vxlan)"))
 	}
 	if c.Uplink != nil && (c.Uplink.MaxMACs < 0 || c.Uplink.MaxMACs > MaxUplinkMACs) {
 		errs = append(errs, fmt.Errorf("uplink.maxMACs: %d is outside 0..%d (0: the default, %d)", c.Uplink.MaxMACs, MaxUplinkMACs, dataplane.DefaultUplinkMACs))
 	}
-	if c.Uplink != nil && c.Uplink.Tap != nil && c.Uplink.AFXDP != nil {
-		errs = append(errs, errors.New("uplink: names two kinds (tap and af_xdp); a node has one uplink"))
+	if u := c.Uplink; u != nil {
+		var kinds []string
+		for _, k := range []struct {
+			name string
+			on   bool
+		}{{"tap", u.Tap != nil}, {"af_xdp", u.AFXDP != nil}, {"vxlan", u.VXLAN != nil}} {
+			if k.on {
+				kinds = append(kinds, k.name)
+			}
+		}
+		if len(kinds) > 1 {
+			errs = append(errs, fmt.Errorf("uplink: names %d kinds (%s); a node has one uplink", len(kinds), strings.Join(kinds, " and ")))
+		}
+		if u.VXLAN != nil {
+			errs = append(errs, u.VXLAN.validate()...)
+		}
 	}
 	if r := c.Rebalance; r != nil {
 		if r.IntervalSeconds < 0 || r.IntervalSeconds > 86400 {

@@ -155,9 +155,9 @@ type PortSpec struct {
 	// first IPv4 address) instead of switching its requests.
 	Dhcp bool `protobuf:"varint,16,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
 	// uplink is how the network leaves the node: "none" (VMs on this node
-	// only; "" means none), "tap" or "af_xdp" (the node's uplink of that
-	// kind, named in the agent config). Every port of a network must give
-	// the same.
+	// only; "" means none), "tap", "af_xdp" or "vxlan" (the node's uplink
+	// of that kind, named in the agent config). Every port of a network
+	// must give the same.
 	Uplink string `protobuf:"bytes,17,opt,name=uplink,proto3" json:"uplink,omitempty"`
 	// reservation names the reservation (Reserve) whose slots the port
 	// takes; with no slots given, it takes all of them.
@@ -170,7 +170,11 @@ type PortSpec struct {
 	// guests that bridge or route other hosts' frames.
 	PortSecurity *bool `protobuf:"varint,19,opt,name=port_security,json=portSecurity,proto3,oneof" json:"port_security,omitempty"`
 	// bandwidth limits the port's rate in each direction; unset: no limit.
-	Bandwidth     *Bandwidth `protobuf:"bytes,20,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"`
+	Bandwidth *Bandwidth `protobuf:"bytes,20,opt,name=bandwidth,proto3" json:"bandwidth,omitempty"`
+	// vni is the network's VXLAN network identifier on the vxlan uplink,
+	// 1..16777215; required there, 0 on the other uplinks. Every port of a
+	// network must give the same.
+	Vni           uint32 `protobuf:"varint,21,opt,name=vni,proto3" json:"vni,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +347,13 @@ func (x *PortSpec) GetBandwidth() *Bandwidth {
 		return x.Bandwidth
 	}
 	return nil
+}
+
+func (x *PortSpec) GetVni() uint32 {
+	if x != nil {
+		return x.Vni
+	}
+	return 0
 }
 
 // Rate is one direction's limit, in bits per second of Ethernet frames
@@ -3256,7 +3267,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10vhostmq.agent.v1\"\x9c\x06\n" +
+	"\vagent.proto\x12\x10vhostmq.agent.v1\"\xae\x06\n" +
 	"\bPortSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vsocket_path\x18\x02 \x01(\tR\n" +
@@ -3283,7 +3294,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x06uplink\x18\x11 \x01(\tR\x06uplink\x12 \n" +
 	"\vreservation\x18\x12 \x01(\tR\vreservation\x12(\n" +
 	"\rport_security\x18\x13 \x01(\bH\x02R\fportSecurity\x88\x01\x01\x129\n" +
-	"\tbandwidth\x18\x14 \x01(\v2\x1b.vhostmq.agent.v1.BandwidthR\tbandwidth\x1a9\n" +
+	"\tbandwidth\x18\x14 \x01(\v2\x1b.vhostmq.agent.v1.BandwidthR\tbandwidth\x12\x10\n" +
+	"\x03vni\x18\x15 \x01(\rR\x03vni\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
