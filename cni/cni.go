@@ -298,6 +298,7 @@ func plan(args *skel.CmdArgs, conf *NetConf) (*attachment, error) {
 		Polling:     poll,
 		Network:     conf.Name,
 		Vlan:        conf.VLAN,
+		Vni:         conf.VNI,
 		Uplink:      conf.Uplink,
 		Dhcp:        *conf.DHCP,
 		Reservation: set.reservation,
@@ -656,6 +657,8 @@ func CmdCheck(args *skel.CmdArgs) error {
 			return mismatch("vlan", got.GetVlan(), want.Vlan)
 		case got.GetUplink() != want.Uplink:
 			return mismatch("uplink", got.GetUplink(), want.Uplink)
+		case got.GetVni() != want.Vni:
+			return mismatch("vni", got.GetVni(), want.Vni)
 		case got.GetDhcp() != want.Dhcp:
 			return mismatch("dhcp", got.GetDhcp(), want.Dhcp)
 		}

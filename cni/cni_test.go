@@ -434,6 +434,11 @@ func TestBadConfigCreatesNothing(t *testing.T) {
 		{"vlan type", `,"deviceID":"c0-s0","vlan":-1`, types.ErrInvalidNetworkConfig, "vlan: -1 is not a number"},
 		{"uplink", `,"deviceID":"c0-s0","uplink":"eth0"`, types.ErrInvalidNetworkConfig, `uplink: "eth0" is not`},
 		{"uplink the node lacks", `,"deviceID":"c0-s0","uplink":"tap"`, ErrAgentRejected, "spec.uplink"},
+		{"vxlan without vni", `,"deviceID":"c0-s0","uplink":"vxlan"`, types.ErrInvalidNetworkConfig, "vni: 0 is outside 1..16777215 (uplink vxlan needs one)"},
+		{"vxlan with vlan", `,"deviceID":"c0-s0","uplink":"vxlan","vni":5,"vlan":7`, types.ErrInvalidNetworkConfig, "vlan: 7, but on uplink vxlan"},
+		{"vni elsewhere", `,"deviceID":"c0-s0","uplink":"tap","vni":5`, types.ErrInvalidNetworkConfig, `vni: 5, but uplink is "tap"`},
+		{"vni type", `,"deviceID":"c0-s0","uplink":"vxlan","vni":"5"`, types.ErrInvalidNetworkConfig, "vni:"},
+		{"vxlan the node lacks", `,"deviceID":"c0-s0","uplink":"vxlan","vni":5`, ErrAgentRejected, "spec.uplink"},
 	} {
 		conf := e.conf(tc.extra)
 		// every case also names a device-info file: it must stay untouched

@@ -33,6 +33,7 @@ const (
 	maxQueuePairs = 128
 	maxSunPath    = 108
 	maxVLAN       = 4094
+	maxVNI        = 1<<24 - 1
 )
 
 // Error codes of this plugin (the CNI spec reserves 0-99).
@@ -88,9 +89,13 @@ type NetConf struct {
 	// 0 or absent = untagged.
 	VLAN uint32 `json:"vlan,omitempty"`
 	// Uplink is how the network leaves the node: "none" (the default:
-	// VMs on this node only), "tap" or "af_xdp" (the node's uplink of that
-	// kind, from the agent config).
+	// VMs on this node only), "tap", "af_xdp" or "vxlan" (the node's
+	// uplink of that kind, from the agent config).
 	Uplink string `json:"uplink,omitempty"`
+	// VNI is the network's VXLAN network identifier, 1..16777215, with
+	// uplink "vxlan" (required there, refused elsewhere): the same
+	// network on every node.
+	VNI uint32 `json:"vni,omitempty"`
 	// PortSecurity (default true): the guest may send only from its MAC
 	// and IPAM addresses, so it cannot take another VM's traffic; false
 	// for guests that bridge or route other hosts' frames.
@@ -139,7 +144,7 @@ var knownFields = map[string]bool{
 	"deviceID": true, "pciBusID": true,
 	"agentSocket": true, "socketRoot": true, "containerSocketDir": true, "mtu": true, "queuePairs": true,
 	"socketMode": true, "polling": true, "kubeconfig": true, "podResourcesSocket": true, "resourceName": true,
-	"dhcp": true, "vlan": true, "uplink": true, "portSecurity": true, "portSecurityOptOut": true,
+	"dhcp": true, "vlan": true, "uplink": true, "vni": true, "portSecurity": true, "portSecurityOptOut": true,
 }
 
 // loadConf parses and validates a configuration; every error is a
@@ -167,6 +172,7 @@ func loadConf(data []byte) (*NetConf, error) {
 		{"portSecurity", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"portSecurityOptOut", "true or false", func(r json.RawMessage) bool { s := string(r); return s == "true" || s == "false" }},
 		{"vlan", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
+		{"vni", "a number", func(r json.RawMessage) bool { var v uint32; return json.Unmarshal(r, &v) == nil }},
 		{"uplink", "a string", func(r json.RawMessage) bool { var v string; return json.Unmarshal(r, &v) == nil }},
 	} {
 		if r, ok := keys[f.key]; ok && !f.ok(r) {
@@ -243,9 +249,17 @@ func loadConf(data []byte) (*NetConf, error) {
 	switch n.Uplink {
 	case "":
 		n.Uplink = "none"
-	case "none", "tap", "af_xdp":
+	case "none", "tap", "af_xdp", "vxlan":
 	default:
-		return nil, configError("uplink: %q is not \"none\" (this node only), \"tap\" or \"af_xdp\" (the node's uplink of that kind)", n.Uplink)
+		return nil, configError("uplink: %q is not \"none\" (this node only), \"tap\", \"af_xdp\" or \"vxlan\" (the node's uplink of that kind)", n.Uplink)
+	}
+	switch {
+	case n.Uplink == "vxlan" && (n.VNI == 0 || n.VNI > maxVNI):
+		return nil, configError("vni: %d is outside 1..%d (uplink vxlan needs one)", n.VNI, maxVNI)
+	case n.Uplink == "vxlan" && n.VLAN != 0:
+		return nil, configError("vlan: %d, but on uplink vxlan a network is told apart by its vni, not a VLAN", n.VLAN)
+	case n.Uplink != "vxlan" && n.VNI != 0:
+		return nil, configError("vni: %d, but uplink is %q: a vni is for uplink vxlan", n.VNI, n.Uplink)
 	}
 	n.device = n.RuntimeConfig.DeviceID
 	if n.device == "" {

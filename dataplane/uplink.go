@@ -413,6 +413,15 @@ func (u *uplink) checkMTU(mtu int) error {
 	return fmt.Errorf("mtu: %d is more than the %s uplink carries: %d (%s)", mtu, u.kind, u.mtu, why)
 }
 
+// UplinkMTU is the largest MTU a port on the uplink may have; 0 without
+// an uplink.
+func (d *Dataplane) UplinkMTU() int {
+	if d.up == nil {
+		return 0
+	}
+	return d.up.mtu
+}
+
 // CheckUplinkMTU says why a port with that MTU cannot be on the uplink,
 // or nil; nil too without an uplink.
 func (d *Dataplane) CheckUplinkMTU(mtu int) error {

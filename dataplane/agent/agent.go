@@ -234,6 +234,12 @@ func (a *Agent) create(req *agentv1.PortSpec, persist, static bool) (*agentv1.Po
 		return nil, status.Error(codes.InvalidArgument, "spec: missing")
 	}
 	spec := normalize(req)
+	if req.Mtu == 0 && spec.Uplink == UplinkVXLAN && a.dp.HasUplink(UplinkVXLAN) {
+		// the vxlan uplink's own MTU (the underlay's less the
+		// encapsulation), not 1500, which it cannot carry on a
+		// 1500-byte underlay
+		spec.Mtu = uint32(a.dp.UplinkMTU())
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.handing {

@@ -24,6 +24,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
+	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
 func ipConfig() *agentv1.IPConfig {
@@ -313,7 +314,7 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 		t.Errorf("tap uplink on an af_xdp node: %v", err)
 	}
 	s2.Uplink = "ovs"
-	if _, err := e.create(s2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.uplink: "ovs" is not "none", "tap" or "af_xdp"`) {
+	if _, err := e.create(s2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.uplink: "ovs" is not "none", "tap", "af_xdp" or "vxlan"`) {
 		t.Errorf("unknown uplink kind: %v", err)
 	}
 	exec.Command("ip", "-n", ns, "link", "set", "vx0", "down").Run()
@@ -328,5 +329,77 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 			t.Fatalf("health does not report the down NIC: %v", e.ag.Health())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestVXLANUplinkThroughTheAgent: a network on the vxlan uplink needs a
+// VNI that its ports agree on and no VLAN; an MTU left at 0 is the
+// uplink's (the underlay's 1500 less 50), a larger one is refused.
+func TestVXLANUplinkThroughTheAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := fmt.Sprintf("vmqvx%d", os.Getpid())
+	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"-n", ns, "addr", "add", "10.50.0.1/24", "dev", "d0"}, {"-n", ns, "link", "set", "d0", "up"}, {"-n", ns, "link", "set", "d1", "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	var dp *dataplane.Dataplane
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		orig, _ := netns.Get()
+		defer orig.Close()
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		netns.Set(h)
+		defer netns.Set(orig)
+		vc := &vxlan.Config{Local: netip.MustParseAddr("10.50.0.1"), MTU: 1500, VTEPs: []netip.Addr{netip.MustParseAddr("10.50.0.2")}}
+		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), VXLAN: vc}); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	e := startOn(t, shortDir(t), dp, 4)
+	for _, c := range []struct {
+		name, network string
+		vni, vlan     uint32
+		mtu           uint32
+		code          codes.Code
+		want          string
+	}{
+		{"novni", "ns1/red", 0, 0, 0, codes.InvalidArgument, "spec.vni: 0 is outside 1..16777215"},
+		{"vlan", "ns1/red", 10, 7, 0, codes.InvalidArgument, "spec.vlan: 7, but on the vxlan uplink"},
+		{"jumbo", "ns1/red", 10, 0, 1500, codes.FailedPrecondition, "spec.mtu: 1500 is more than the vxlan uplink carries: 1450"},
+	} {
+		s := e.spec(c.name, 1)
+		s.Network, s.Uplink, s.Vni, s.Vlan, s.Mtu = c.network, "vxlan", c.vni, c.vlan, c.mtu
+		if _, err := e.create(s); code(err) != c.code || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("port %q: %v, want %v naming %q", c.name, err, c.code, c.want)
+		}
+	}
+	s := e.spec("u", 1)
+	s.Network, s.Uplink, s.Vni = "ns1/red", "vxlan", 10
+	p, err := e.create(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := p.GetStatus().GetMtu(); m != 1450 {
+		t.Errorf("port with mtu 0 on the vxlan uplink: mtu %d, want 1450", m)
+	}
+	s2 := e.spec("u2", 1)
+	s2.Network, s2.Uplink, s2.Vni = "ns1/red", "vxlan", 11
+	if _, err := e.create(s2); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.vni: 11, but port "u" of network "ns1/red" has vni 10`) {
+		t.Errorf("a second port of the network with another vni: %v", err)
+	}
+	s3 := e.spec("u3", 1)
+	s3.Network, s3.Uplink, s3.Vni = "ns1/blue", "tap", 12
+	if _, err := e.create(s3); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.vni: 12, but uplink is "tap"`) {
+		t.Errorf("a vni with the tap uplink: %v", err)
 	}
 }
