@@ -14,8 +14,9 @@
 #   restart  the dataplane is SIGKILLed and started again once, half way
 #            (ports from the API restored from its state dir, QEMU re-dialled)
 #
-# Asserted: the stall watchdog healed nothing (stalls 0 on every ring, in
-# both dataplane lifetimes); every DPDK cycle moved frames through both of
+# Asserted: no kick was lost (every stall the watchdog healed, in both
+# dataplane lifetimes, was answered by the guest's late kick, which the
+# dataplane logs as such); every DPDK cycle moved frames through both of
 # its ports before and after the reconnect; every API call succeeded; no
 # growth of the dataplane's open fds (+8), goroutines (+16), anonymous RSS
 # (+48 MiB: its own memory; the guests' shared memory it maps is not
@@ -149,11 +150,14 @@ done
 
 # ---------------------------------------------------------------- end checks
 stalls_after=$(stalls)
-if ((stalls_before != 0 || stalls_after != 0)); then
-    # a stall the sweep declared whose kick then came (the guest's vCPU
-    # descheduled past the bound) is logged by the dataplane as late
-    late=$(cat "$WORK"/backend-*.log 2>/dev/null | grep -c 'kick came late' || true)
-    vmq_fail "the stall watchdog healed $stalls_before + $stalls_after stalls ($late of them answered by a late kick, in the dataplane's log)"
+# a stall the sweep declared whose kick then came (the guest's vCPU
+# descheduled past the bound on a busy machine) is the guest being late,
+# not a kick lost: the dataplane tells them apart and logs the late ones
+late=$(cat "$WORK"/backend-*.log 2>/dev/null | grep -c 'kick came late' || true)
+if ((stalls_before + stalls_after > late)); then
+    vmq_fail "the stall watchdog healed $stalls_before + $stalls_after stalls, $((stalls_before + stalls_after - late)) of them lost kicks ($late answered by a late kick, in the dataplane's log)"
+elif ((late > 0)); then
+    vmq_ok "no lost kick: the watchdog's $late stall(s) were each answered by the guest's late kick (its vCPU descheduled past the bound; in the dataplane's log)"
 fi
 if [[ -n $base ]]; then
     read -r _ _ f0 g0 r0 h0 _ <<<"$base"
