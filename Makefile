@@ -34,7 +34,7 @@ test-race: ## Go tests of the dataplane under the race detector
 	$(GO) test -count=1 -race ./dataplane/... ./plugin/... ./cni/...
 
 .PHONY: test-e2e
-test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect; queue counts changed under traffic), a guest spoofing another's addresses (port security on, and off for a bridging guest), a guest live-migrated to another QEMU while it receives a file (both roles), live ports handed to a rebuilt dataplane under traffic (both roles), DPDK virtio-user, the alerts in a real Prometheus and vhostmqctl top in tmux, the CNI under cnitool and containerd+crictl, two nodes joined by tap uplinks (DHCP, VLANs), the KubeVirt binding's domain booted by libvirtd, the Dockerfile built by podman
+test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9 and reconnect; queue counts changed under traffic), a guest spoofing another's addresses (port security on, and off for a bridging guest), a guest live-migrated to another QEMU while it receives a file (both roles), live ports handed to a rebuilt dataplane under traffic (both roles), DPDK virtio-user, the alerts in a real Prometheus and vhostmqctl top in tmux, the CNI under cnitool and containerd+crictl, two nodes joined by tap uplinks (DHCP, VLANs), nodes on three subnets behind a router joined by the vxlan uplink (the kernel's vxlan device as a peer), the KubeVirt binding's domain booted by libvirtd, the Dockerfile built by podman
 	hack/install-deps.sh
 	hack/e2e-qemu.sh --role both --reconnect yes
 	hack/e2e-security.sh
@@ -46,6 +46,7 @@ test-e2e: build ## Real peers: two QEMU guests (server and client roles, kill -9
 	hack/e2e-observe.sh
 	hack/e2e-cni.sh
 	hack/e2e-uplink.sh
+	hack/e2e-overlay.sh
 	hack/e2e-kubevirt-libvirt.sh
 	hack/image.sh
 	hack/bench/run.sh --smoke

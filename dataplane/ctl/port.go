@@ -26,7 +26,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 		labels           = map[string]string{}
 		uidFlag, gidFlag = &uint32Value{p: &uid}, &uint32Value{p: &gid}
 		network, uplink  string
-		vlan             uint32
+		vlan, vni        uint32
 		dhcp             bool
 		addresses, dns   []string
 		gateway          string
@@ -45,7 +45,8 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 	fs.Var(&labelsValue{m: labels}, "label", "`KEY=VALUE` label, repeatable: k8s.pod.namespace, k8s.pod.name, interface, ...")
 	fs.StringVar(&network, "network", "", "`NAME` of the port's network (its own MAC table; default: the default network)")
 	fs.Var(&uint32Value{p: &vlan}, "vlan", "802.1Q `VID` of the network on the uplink, 1..4094 (default untagged)")
-	fs.Var(&enumValue{p: &uplink, allowed: []string{"none", "tap", "af_xdp"}}, "uplink", "`KIND` of uplink the network uses: none (the default), tap or af_xdp (the node's uplink of that kind)")
+	fs.Var(&enumValue{p: &uplink, allowed: []string{"none", "tap", "af_xdp", "vxlan"}}, "uplink", "`KIND` of uplink the network uses: none (the default), tap, af_xdp or vxlan (the node's uplink of that kind)")
+	fs.Var(&uint32Value{p: &vni}, "vni", "VXLAN network `ID` of the network on the vxlan uplink, 1..16777215 (required there)")
 	fs.BoolVar(&dhcp, "dhcp", false, "answer the guest's DHCP with --address, --gateway and --dns")
 	fs.Var(&listValue{p: &addresses}, "address", "the guest's `CIDRS`, comma-separated, e.g. 10.1.2.3/24")
 	fs.StringVar(&gateway, "gateway", "", "the guest's default `ROUTER`")
@@ -70,7 +71,7 @@ func portAddSetup(fs *pflag.FlagSet) runFunc {
 			Polling:    agentv1.PollingMode(agentv1.PollingMode_value["POLLING_"+strings.ToUpper(polling)]),
 			Labels:     labels,
 		}
-		spec.Network, spec.Vlan, spec.Uplink, spec.Dhcp = network, vlan, uplink, dhcp
+		spec.Network, spec.Vlan, spec.Vni, spec.Uplink, spec.Dhcp = network, vlan, vni, uplink, dhcp
 		if len(addresses) > 0 || gateway != "" || len(dns) > 0 {
 			spec.Ip = &agentv1.IPConfig{Addresses: addresses, Gateway: gateway, DnsServers: dns}
 		}
@@ -182,6 +183,7 @@ type portJSON struct {
 	Pod        string            `json:"pod"` // namespace/name from the labels, or ""
 	Network    string            `json:"network"`
 	VLAN       uint32            `json:"vlan"`
+	VNI        uint32            `json:"vni,omitempty"`
 	Uplink     string            `json:"uplink"`
 	DHCP       bool              `json:"dhcp"`
 	IP         *ipJSON           `json:"ip"` // null: none given
@@ -290,6 +292,7 @@ func toPortJSON(p *agentv1.Port) portJSON {
 		Pod:        pod(s.GetLabels()),
 		Network:    s.GetNetwork(),
 		VLAN:       s.GetVlan(),
+		VNI:        s.GetVni(),
 		Uplink:     s.GetUplink(),
 		DHCP:       s.GetDhcp(),
 		IP:         toIPJSON(s.GetIp()),
