@@ -197,6 +197,17 @@ for n in n1 n2; do
         vmq_fail "node $n uplink: ${up:-none}; want vxlan, healthy, both other VTEPs with traffic both ways and a learned address"
     fi
 done
+# the overlay table as vhostmqctl shows it: b's address behind n2, the
+# kernel device's behind nk
+KMAC=$(ip -n "$NK" -br link show vx0 | awk '{ print $3 }')
+ov=$(VMQ_API=${API[n1]} vmq_ctl -o json overlay 2>&1 || true)
+echo "$ov" >"$WORK/overlay-n1.json"
+if jq -e --arg k "$KMAC" 'any(.entries[]; .mac == "52:54:00:20:00:03" and .vtep == "10.2.0.2" and .network == "ov" and .vni == 100)
+    and any(.entries[]; .mac == $k and .vtep == "10.3.0.2")' <<<"$ov" >/dev/null 2>&1; then
+    vmq_ok "vhostmqctl overlay on n1: b (52:54:00:20:00:03) behind 10.2.0.2, the kernel's vx0 ($KMAC) behind 10.3.0.2"
+else
+    vmq_fail "vhostmqctl overlay on n1: want b behind 10.2.0.2 and vx0 ($KMAC) behind 10.3.0.2: $ov"
+fi
 # the underlay's UDP counters: datagrams the kernel dropped for want of
 # socket buffer (RcvbufErrors, SndbufErrors) show where a rate is lost
 for n in "$N1" "$N2"; do

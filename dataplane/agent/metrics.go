@@ -30,7 +30,12 @@ var (
 	descUpBytes   = desc("uplink_bytes_total", "Frame bytes through the uplink.", append(uplinkLabels, "direction"))
 	descUpDrops   = desc("uplink_drops_total", "Uplink frames dropped, by reason.", append(uplinkLabels, "reason"))
 	descUpOffload = desc("uplink_offload_frames_total", "Guest frames with offload metadata sent to the uplink: gso_whole (into the tap whole), gso_segmented and csum_software (done in software, af_xdp).", append(uplinkLabels, "offload"))
-	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (tap: its tap and bridge exist and are up; af_xdp: its NIC is up and runs the XDP program).", uplinkLabels)
+	descUpHealthy = desc("uplink_healthy", "1 when the uplink can carry traffic (tap: its tap and bridge exist and are up; af_xdp: its NIC is up and runs the XDP program; vxlan: its local address is on an interface).", uplinkLabels)
+	// the vxlan uplink's VTEPs (the other nodes)
+	descVTEPPackets = desc("vtep_packets_total", "VXLAN datagrams to (tx) and from (rx) a VTEP.", []string{"vtep", "direction"})
+	descVTEPBytes   = desc("vtep_bytes_total", "Inner frame bytes to (tx) and from (rx) a VTEP.", []string{"vtep", "direction"})
+	descVTEPDrops   = desc("vtep_drops_total", "Datagrams to a VTEP dropped: tx_errors (the kernel refused it: no route, or over the path's MTU, never fragmented), tx_dropped (the socket's send buffer was full).", []string{"vtep", "reason"})
+	descVTEPMACs    = desc("vtep_macs", "Addresses learned behind a VTEP, all networks.", []string{"vtep"})
 )
 
 func desc(name, help string, labels []string) *prometheus.Desc {
@@ -42,7 +47,8 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMoves, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descUpOffload} {
+	for _, d := range []*prometheus.Desc{descMoves, descWBusy, descWHealthy, descSlots, descUpPackets, descUpBytes, descUpDrops, descUpHealthy, descUpOffload,
+		descVTEPPackets, descVTEPBytes, descVTEPDrops, descVTEPMACs} {
 		ch <- d
 	}
 }
@@ -73,7 +79,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			v      uint64
 		}{{"rx_no_network", u.RxNoNetwork}, {"rx_runt", u.RxRunt}, {"rx_no_destination", u.RxNoDestination},
 			{"tx_dropped", u.TxDropped}, {"tx_oversize", u.TxOversize}, {"mac_map_full", u.MACErrors}, {"rx_bad_offload", u.RxBadOffload},
-			{"mac_table_full", u.MACTableFull}} {
+			{"mac_table_full", u.MACTableFull}, {"rx_unknown_vtep", u.RxUnknownVTEP}, {"rx_invalid", u.RxInvalid}, {"tx_no_vtep", u.TxNoVTEP}} {
 			counter(descUpDrops, float64(r.v), append(l, r.reason)...)
 		}
 		for _, k := range []struct {
@@ -83,6 +89,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descUpOffload, float64(k.v), append(l, k.kind)...)
 		}
 		gauge(descUpHealthy, b2f(u.Healthy), l...)
+		for _, v := range u.VTEPs {
+			counter(descVTEPPackets, float64(v.RxPackets), v.Address, "rx")
+			counter(descVTEPPackets, float64(v.TxPackets), v.Address, "tx")
+			counter(descVTEPBytes, float64(v.RxBytes), v.Address, "rx")
+			counter(descVTEPBytes, float64(v.TxBytes), v.Address, "tx")
+			counter(descVTEPDrops, float64(v.TxErrors), v.Address, "tx_errors")
+			counter(descVTEPDrops, float64(v.TxDropped), v.Address, "tx_dropped")
+			gauge(descVTEPMACs, float64(v.MACs), v.Address)
+		}
 	}
 	used, total := a.slotsUsed()
 	gauge(descSlots, float64(used), "used")

@@ -214,6 +214,23 @@ func (a *Agent) Stats(ids []string) (*agentv1.GetStatsResponse, error) {
 	return resp, nil
 }
 
+// GetOverlay implements the API.
+func (a *Agent) GetOverlay(context.Context, *agentv1.GetOverlayRequest) (*agentv1.Overlay, error) {
+	u, ok := a.dp.UplinkStats()
+	if !ok || u.Kind != dataplane.UplinkVXLAN {
+		return nil, status.Error(codes.FailedPrecondition, "this node has no vxlan uplink (agent config uplink.vxlan)")
+	}
+	out := &agentv1.Overlay{Local: u.Name, Mtu: uint32(a.dp.UplinkMTU()), RxUnknownVtep: u.RxUnknownVTEP, RxInvalid: u.RxInvalid, TxNoVtep: u.TxNoVTEP}
+	for _, v := range u.VTEPs {
+		out.Vteps = append(out.Vteps, &agentv1.VTEP{Address: v.Address, RxPackets: v.RxPackets, RxBytes: v.RxBytes, TxPackets: v.TxPackets,
+			TxBytes: v.TxBytes, TxErrors: v.TxErrors, TxDropped: v.TxDropped, Macs: uint32(v.MACs)})
+	}
+	for _, e := range a.dp.OverlayTable(time.Now().UnixNano()) {
+		out.Entries = append(out.Entries, &agentv1.OverlayEntry{Network: e.Network, Vni: e.VNI, Mac: e.MAC, Vtep: e.VTEP, AgeSeconds: uint32(max(e.AgeSec, 0))})
+	}
+	return out, nil
+}
+
 // GetRebalance implements the API.
 func (a *Agent) GetRebalance(context.Context, *agentv1.GetRebalanceRequest) (*agentv1.RebalanceStatus, error) {
 	st := a.dp.RebalanceStatus()

@@ -106,7 +106,7 @@ func (c *cli) leafCommand(cmd *command, word string) *cobra.Command {
 	if cmd.name == "port add" {
 		_ = cc.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"client", "server"}, cobra.ShellCompDirectiveNoFileComp))
 		_ = cc.RegisterFlagCompletionFunc("polling", cobra.FixedCompletions([]string{"interrupt", "adaptive", "busy"}, cobra.ShellCompDirectiveNoFileComp))
-		_ = cc.RegisterFlagCompletionFunc("uplink", cobra.FixedCompletions([]string{"none", "tap", "af_xdp"}, cobra.ShellCompDirectiveNoFileComp))
+		_ = cc.RegisterFlagCompletionFunc("uplink", cobra.FixedCompletions([]string{"none", "tap", "af_xdp", "vxlan"}, cobra.ShellCompDirectiveNoFileComp))
 	}
 	return cc
 }

@@ -140,6 +140,16 @@ var commands = []*command{
 		setup:   handoffSetup,
 	},
 	{
+		name:    "overlay",
+		args:    "",
+		summary: "the vxlan uplink: its VTEPs (the other nodes) with their counters, and with --macs the addresses learned behind each",
+		details: "Like ovs-appctl tnl/ports/show and fdb/show for a tunnel. TX_ERRORS are datagrams the\n" +
+			"kernel refused (no route to the VTEP, or larger than the path's MTU: never\n" +
+			"fragmented); TX_DROPPED, datagrams the socket's full send buffer dropped.",
+		maxArgs: 0,
+		setup:   overlaySetup,
+	},
+	{
 		name:    "top",
 		args:    "",
 		summary: "a full-screen view of ports, queue pairs or workers, refreshed every --interval",

@@ -291,6 +291,14 @@ func TestCommands(t *testing.T) {
 				t.Errorf("got %+v", v)
 			}
 		}},
+		{name: "err-overlay-none", args: []string{"overlay"}, code: ExitFailed},
+		{name: "overlay-macs", args: []string{"overlay", "--macs"}, setup: fakeOverlay},
+		{name: "overlay-json", args: []string{"overlay", "-o", "json"}, setup: fakeOverlay, json: func(t *testing.T, out string) {
+			v := checkJSON[overlayJSON](t, out)
+			if v.Local != "10.1.0.2:4789" || v.MTU != 1450 || len(v.VTEPs) != 2 || v.VTEPs[1].TxErrors != 3 || len(v.Entries) != 2 || v.Entries[0].VTEP != "10.2.0.2" {
+				t.Errorf("got %+v", v)
+			}
+		}},
 		{name: "handoff-none", args: []string{"handoff"}},
 		{name: "handoff", args: []string{"handoff"}, setup: func(f *fakeAgent) {
 			f.handoff = &agentv1.Handoff{Happened: true, Build: "rebuilt-2", TimeUnixNano: statsEpoch.UnixNano(), Role: "adopted",
@@ -656,4 +664,12 @@ func TestPortBandwidthRequest(t *testing.T) {
 			t.Errorf("request %d: %v, want bandwidth %v", i, r, want[i])
 		}
 	}
+}
+
+func fakeOverlay(f *fakeAgent) {
+	f.overlay = &agentv1.Overlay{Local: "10.1.0.2:4789", Mtu: 1450, RxUnknownVtep: 1,
+		Vteps: []*agentv1.VTEP{{Address: "10.2.0.2", RxPackets: 10, RxBytes: 1000, TxPackets: 12, TxBytes: 1200, Macs: 1},
+			{Address: "10.3.0.2", RxPackets: 3, RxBytes: 300, TxPackets: 9, TxBytes: 900, TxErrors: 3, Macs: 1}},
+		Entries: []*agentv1.OverlayEntry{{Network: "ov", Vni: 100, Mac: "52:54:00:20:00:03", Vtep: "10.2.0.2", AgeSeconds: 2},
+			{Network: "ov", Vni: 100, Mac: "fe:5b:20:22:b5:3f", Vtep: "10.3.0.2", AgeSeconds: 40}}}
 }

@@ -41,6 +41,8 @@ type fakeAgent struct {
 	handoff *agentv1.Handoff
 	// bandwidthSets: every SetPortBandwidth request
 	bandwidthSets []*agentv1.SetPortBandwidthRequest
+	// overlay: what GetOverlay answers (nil: no vxlan uplink)
+	overlay *agentv1.Overlay
 }
 
 var (
@@ -313,6 +315,15 @@ func (f *fakeAgent) Rebalance(_ context.Context, req *agentv1.RebalanceRequest) 
 		Workers: []*agentv1.WorkerLoad{{Cpu: 2, BeforePercent: 90, AfterPercent: 50}, {Cpu: 3, BeforePercent: 10, AfterPercent: 50}},
 		Moves:   []*agentv1.QueueMove{{TimeUnixNano: statsEpoch.UnixNano(), PortId: "vm1-net0", Pair: 2, FromCpu: 2, ToCpu: 3, LoadPercent: 40, Manual: true}},
 	}, nil
+}
+
+func (f *fakeAgent) GetOverlay(context.Context, *agentv1.GetOverlayRequest) (*agentv1.Overlay, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.overlay == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this node has no vxlan uplink (agent config uplink.vxlan)")
+	}
+	return f.overlay, nil
 }
 
 func (f *fakeAgent) GetHandoff(context.Context, *agentv1.GetHandoffRequest) (*agentv1.Handoff, error) {

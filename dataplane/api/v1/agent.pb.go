@@ -2741,6 +2741,310 @@ func (x *RebalanceStatus) GetLastMoves() []*QueueMove {
 	return nil
 }
 
+type GetOverlayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverlayRequest) Reset() {
+	*x = GetOverlayRequest{}
+	mi := &file_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverlayRequest) ProtoMessage() {}
+
+func (x *GetOverlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverlayRequest.ProtoReflect.Descriptor instead.
+func (*GetOverlayRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{38}
+}
+
+type Overlay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Local         string                 `protobuf:"bytes,1,opt,name=local,proto3" json:"local,omitempty"` // the node's underlay address and UDP port, "10.0.0.1:4789"
+	Mtu           uint32                 `protobuf:"varint,2,opt,name=mtu,proto3" json:"mtu,omitempty"`    // the guests' MTU (the underlay's less 50)
+	Vteps         []*VTEP                `protobuf:"bytes,3,rep,name=vteps,proto3" json:"vteps,omitempty"` // the other nodes, sorted by address
+	Entries       []*OverlayEntry        `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	RxUnknownVtep uint64                 `protobuf:"varint,5,opt,name=rx_unknown_vtep,json=rxUnknownVtep,proto3" json:"rx_unknown_vtep,omitempty"` // datagrams from an address that is no VTEP (dropped)
+	RxInvalid     uint64                 `protobuf:"varint,6,opt,name=rx_invalid,json=rxInvalid,proto3" json:"rx_invalid,omitempty"`               // datagrams that are not VXLAN, or too long (dropped)
+	TxNoVtep      uint64                 `protobuf:"varint,7,opt,name=tx_no_vtep,json=txNoVtep,proto3" json:"tx_no_vtep,omitempty"`                // guest frames with no VTEP to go to (dropped)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overlay) Reset() {
+	*x = Overlay{}
+	mi := &file_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overlay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overlay) ProtoMessage() {}
+
+func (x *Overlay) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overlay.ProtoReflect.Descriptor instead.
+func (*Overlay) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Overlay) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+func (x *Overlay) GetMtu() uint32 {
+	if x != nil {
+		return x.Mtu
+	}
+	return 0
+}
+
+func (x *Overlay) GetVteps() []*VTEP {
+	if x != nil {
+		return x.Vteps
+	}
+	return nil
+}
+
+func (x *Overlay) GetEntries() []*OverlayEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *Overlay) GetRxUnknownVtep() uint64 {
+	if x != nil {
+		return x.RxUnknownVtep
+	}
+	return 0
+}
+
+func (x *Overlay) GetRxInvalid() uint64 {
+	if x != nil {
+		return x.RxInvalid
+	}
+	return 0
+}
+
+func (x *Overlay) GetTxNoVtep() uint64 {
+	if x != nil {
+		return x.TxNoVtep
+	}
+	return 0
+}
+
+type VTEP struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	RxPackets     uint64                 `protobuf:"varint,2,opt,name=rx_packets,json=rxPackets,proto3" json:"rx_packets,omitempty"`
+	RxBytes       uint64                 `protobuf:"varint,3,opt,name=rx_bytes,json=rxBytes,proto3" json:"rx_bytes,omitempty"`
+	TxPackets     uint64                 `protobuf:"varint,4,opt,name=tx_packets,json=txPackets,proto3" json:"tx_packets,omitempty"`
+	TxBytes       uint64                 `protobuf:"varint,5,opt,name=tx_bytes,json=txBytes,proto3" json:"tx_bytes,omitempty"`
+	TxErrors      uint64                 `protobuf:"varint,6,opt,name=tx_errors,json=txErrors,proto3" json:"tx_errors,omitempty"`    // refused by the kernel: no route, or over the path's MTU (never fragmented)
+	TxDropped     uint64                 `protobuf:"varint,7,opt,name=tx_dropped,json=txDropped,proto3" json:"tx_dropped,omitempty"` // the socket's send buffer was full
+	Macs          uint32                 `protobuf:"varint,8,opt,name=macs,proto3" json:"macs,omitempty"`                            // addresses learned behind it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VTEP) Reset() {
+	*x = VTEP{}
+	mi := &file_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VTEP) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VTEP) ProtoMessage() {}
+
+func (x *VTEP) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VTEP.ProtoReflect.Descriptor instead.
+func (*VTEP) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *VTEP) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *VTEP) GetRxPackets() uint64 {
+	if x != nil {
+		return x.RxPackets
+	}
+	return 0
+}
+
+func (x *VTEP) GetRxBytes() uint64 {
+	if x != nil {
+		return x.RxBytes
+	}
+	return 0
+}
+
+func (x *VTEP) GetTxPackets() uint64 {
+	if x != nil {
+		return x.TxPackets
+	}
+	return 0
+}
+
+func (x *VTEP) GetTxBytes() uint64 {
+	if x != nil {
+		return x.TxBytes
+	}
+	return 0
+}
+
+func (x *VTEP) GetTxErrors() uint64 {
+	if x != nil {
+		return x.TxErrors
+	}
+	return 0
+}
+
+func (x *VTEP) GetTxDropped() uint64 {
+	if x != nil {
+		return x.TxDropped
+	}
+	return 0
+}
+
+func (x *VTEP) GetMacs() uint32 {
+	if x != nil {
+		return x.Macs
+	}
+	return 0
+}
+
+type OverlayEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Network       string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Vni           uint32                 `protobuf:"varint,2,opt,name=vni,proto3" json:"vni,omitempty"`
+	Mac           string                 `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`
+	Vtep          string                 `protobuf:"bytes,4,opt,name=vtep,proto3" json:"vtep,omitempty"`
+	AgeSeconds    uint32                 `protobuf:"varint,5,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"` // since its last frame
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlayEntry) Reset() {
+	*x = OverlayEntry{}
+	mi := &file_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayEntry) ProtoMessage() {}
+
+func (x *OverlayEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayEntry.ProtoReflect.Descriptor instead.
+func (*OverlayEntry) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *OverlayEntry) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *OverlayEntry) GetVni() uint32 {
+	if x != nil {
+		return x.Vni
+	}
+	return 0
+}
+
+func (x *OverlayEntry) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *OverlayEntry) GetVtep() string {
+	if x != nil {
+		return x.Vtep
+	}
+	return ""
+}
+
+func (x *OverlayEntry) GetAgeSeconds() uint32 {
+	if x != nil {
+		return x.AgeSeconds
+	}
+	return 0
+}
+
 type GetHandoffRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2749,7 +3053,7 @@ type GetHandoffRequest struct {
 
 func (x *GetHandoffRequest) Reset() {
 	*x = GetHandoffRequest{}
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +3065,7 @@ func (x *GetHandoffRequest) String() string {
 func (*GetHandoffRequest) ProtoMessage() {}
 
 func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +3078,7 @@ func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHandoffRequest.ProtoReflect.Descriptor instead.
 func (*GetHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{38}
+	return file_agent_proto_rawDescGZIP(), []int{42}
 }
 
 type Handoff struct {
@@ -2795,7 +3099,7 @@ type Handoff struct {
 
 func (x *Handoff) Reset() {
 	*x = Handoff{}
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3111,7 @@ func (x *Handoff) String() string {
 func (*Handoff) ProtoMessage() {}
 
 func (x *Handoff) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3124,7 @@ func (x *Handoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handoff.ProtoReflect.Descriptor instead.
 func (*Handoff) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{39}
+	return file_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Handoff) GetHappened() bool {
@@ -2912,7 +3216,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3228,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[40]
+	mi := &file_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3241,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{40}
+	return file_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReserveRequest) GetOwner() string {
@@ -2987,7 +3291,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3303,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[41]
+	mi := &file_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3316,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{41}
+	return file_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Reservation) GetOwner() string {
@@ -3052,7 +3356,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_agent_proto_msgTypes[42]
+	mi := &file_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3368,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[42]
+	mi := &file_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3381,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{42}
+	return file_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseRequest) GetOwner() string {
@@ -3095,7 +3399,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_agent_proto_msgTypes[43]
+	mi := &file_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3411,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[43]
+	mi := &file_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3424,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{43}
+	return file_agent_proto_rawDescGZIP(), []int{47}
 }
 
 type ListReservationsRequest struct {
@@ -3132,7 +3436,7 @@ type ListReservationsRequest struct {
 
 func (x *ListReservationsRequest) Reset() {
 	*x = ListReservationsRequest{}
-	mi := &file_agent_proto_msgTypes[44]
+	mi := &file_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3448,7 @@ func (x *ListReservationsRequest) String() string {
 func (*ListReservationsRequest) ProtoMessage() {}
 
 func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[44]
+	mi := &file_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3461,7 @@ func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsRequest.ProtoReflect.Descriptor instead.
 func (*ListReservationsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{44}
+	return file_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListReservationsRequest) GetPod() string {
@@ -3176,7 +3480,7 @@ type ListReservationsResponse struct {
 
 func (x *ListReservationsResponse) Reset() {
 	*x = ListReservationsResponse{}
-	mi := &file_agent_proto_msgTypes[45]
+	mi := &file_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3492,7 @@ func (x *ListReservationsResponse) String() string {
 func (*ListReservationsResponse) ProtoMessage() {}
 
 func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[45]
+	mi := &file_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3505,7 @@ func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReservationsResponse.ProtoReflect.Descriptor instead.
 func (*ListReservationsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{45}
+	return file_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListReservationsResponse) GetReservations() []*Reservation {
@@ -3221,7 +3525,7 @@ type SetPortBandwidthRequest struct {
 
 func (x *SetPortBandwidthRequest) Reset() {
 	*x = SetPortBandwidthRequest{}
-	mi := &file_agent_proto_msgTypes[46]
+	mi := &file_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3537,7 @@ func (x *SetPortBandwidthRequest) String() string {
 func (*SetPortBandwidthRequest) ProtoMessage() {}
 
 func (x *SetPortBandwidthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[46]
+	mi := &file_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3550,7 @@ func (x *SetPortBandwidthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPortBandwidthRequest.ProtoReflect.Descriptor instead.
 func (*SetPortBandwidthRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{46}
+	return file_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetPortBandwidthRequest) GetId() string {
@@ -3495,6 +3799,36 @@ const file_agent_proto_rawDesc = "" +
 	"\blast_run\x18\x03 \x01(\v2\x1e.vhostmq.agent.v1.RebalanceRunR\alastRun\x12:\n" +
 	"\n" +
 	"last_moves\x18\x04 \x03(\v2\x1b.vhostmq.agent.v1.QueueMoveR\tlastMoves\"\x13\n" +
+	"\x11GetOverlayRequest\"\xfe\x01\n" +
+	"\aOverlay\x12\x14\n" +
+	"\x05local\x18\x01 \x01(\tR\x05local\x12\x10\n" +
+	"\x03mtu\x18\x02 \x01(\rR\x03mtu\x12,\n" +
+	"\x05vteps\x18\x03 \x03(\v2\x16.vhostmq.agent.v1.VTEPR\x05vteps\x128\n" +
+	"\aentries\x18\x04 \x03(\v2\x1e.vhostmq.agent.v1.OverlayEntryR\aentries\x12&\n" +
+	"\x0frx_unknown_vtep\x18\x05 \x01(\x04R\rrxUnknownVtep\x12\x1d\n" +
+	"\n" +
+	"rx_invalid\x18\x06 \x01(\x04R\trxInvalid\x12\x1c\n" +
+	"\n" +
+	"tx_no_vtep\x18\a \x01(\x04R\btxNoVtep\"\xe4\x01\n" +
+	"\x04VTEP\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1d\n" +
+	"\n" +
+	"rx_packets\x18\x02 \x01(\x04R\trxPackets\x12\x19\n" +
+	"\brx_bytes\x18\x03 \x01(\x04R\arxBytes\x12\x1d\n" +
+	"\n" +
+	"tx_packets\x18\x04 \x01(\x04R\ttxPackets\x12\x19\n" +
+	"\btx_bytes\x18\x05 \x01(\x04R\atxBytes\x12\x1b\n" +
+	"\ttx_errors\x18\x06 \x01(\x04R\btxErrors\x12\x1d\n" +
+	"\n" +
+	"tx_dropped\x18\a \x01(\x04R\ttxDropped\x12\x12\n" +
+	"\x04macs\x18\b \x01(\rR\x04macs\"\x81\x01\n" +
+	"\fOverlayEntry\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x10\n" +
+	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
+	"\x03mac\x18\x03 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04vtep\x18\x04 \x01(\tR\x04vtep\x12\x1f\n" +
+	"\vage_seconds\x18\x05 \x01(\rR\n" +
+	"ageSeconds\"\x13\n" +
 	"\x11GetHandoffRequest\"\x98\x02\n" +
 	"\aHandoff\x12\x1a\n" +
 	"\bhappened\x18\x01 \x01(\bR\bhappened\x12\x14\n" +
@@ -3540,7 +3874,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x13POLLING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11POLLING_INTERRUPT\x10\x01\x12\x14\n" +
 	"\x10POLLING_ADAPTIVE\x10\x02\x12\x10\n" +
-	"\fPOLLING_BUSY\x10\x032\x92\t\n" +
+	"\fPOLLING_BUSY\x10\x032\xe0\t\n" +
 	"\x05Agent\x12I\n" +
 	"\n" +
 	"CreatePort\x12#.vhostmq.agent.v1.CreatePortRequest\x1a\x16.vhostmq.agent.v1.Port\x12W\n" +
@@ -3558,7 +3892,9 @@ const file_agent_proto_rawDesc = "" +
 	"\aReserve\x12 .vhostmq.agent.v1.ReserveRequest\x1a\x1d.vhostmq.agent.v1.Reservation\x12N\n" +
 	"\aRelease\x12 .vhostmq.agent.v1.ReleaseRequest\x1a!.vhostmq.agent.v1.ReleaseResponse\x12i\n" +
 	"\x10ListReservations\x12).vhostmq.agent.v1.ListReservationsRequest\x1a*.vhostmq.agent.v1.ListReservationsResponse\x12U\n" +
-	"\x10SetPortBandwidth\x12).vhostmq.agent.v1.SetPortBandwidthRequest\x1a\x16.vhostmq.agent.v1.PortB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
+	"\x10SetPortBandwidth\x12).vhostmq.agent.v1.SetPortBandwidthRequest\x1a\x16.vhostmq.agent.v1.Port\x12L\n" +
+	"\n" +
+	"GetOverlay\x12#.vhostmq.agent.v1.GetOverlayRequest\x1a\x19.vhostmq.agent.v1.OverlayB5Z3github.com/vhostmq/vhostmq/dataplane/api/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -3573,7 +3909,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_agent_proto_goTypes = []any{
 	(Role)(0),                        // 0: vhostmq.agent.v1.Role
 	(PollingMode)(0),                 // 1: vhostmq.agent.v1.PollingMode
@@ -3615,22 +3951,26 @@ var file_agent_proto_goTypes = []any{
 	(*RebalanceRun)(nil),             // 37: vhostmq.agent.v1.RebalanceRun
 	(*WorkerLoad)(nil),               // 38: vhostmq.agent.v1.WorkerLoad
 	(*RebalanceStatus)(nil),          // 39: vhostmq.agent.v1.RebalanceStatus
-	(*GetHandoffRequest)(nil),        // 40: vhostmq.agent.v1.GetHandoffRequest
-	(*Handoff)(nil),                  // 41: vhostmq.agent.v1.Handoff
-	(*ReserveRequest)(nil),           // 42: vhostmq.agent.v1.ReserveRequest
-	(*Reservation)(nil),              // 43: vhostmq.agent.v1.Reservation
-	(*ReleaseRequest)(nil),           // 44: vhostmq.agent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 45: vhostmq.agent.v1.ReleaseResponse
-	(*ListReservationsRequest)(nil),  // 46: vhostmq.agent.v1.ListReservationsRequest
-	(*ListReservationsResponse)(nil), // 47: vhostmq.agent.v1.ListReservationsResponse
-	(*SetPortBandwidthRequest)(nil),  // 48: vhostmq.agent.v1.SetPortBandwidthRequest
-	nil,                              // 49: vhostmq.agent.v1.PortSpec.LabelsEntry
-	nil,                              // 50: vhostmq.agent.v1.PortStats.LabelsEntry
+	(*GetOverlayRequest)(nil),        // 40: vhostmq.agent.v1.GetOverlayRequest
+	(*Overlay)(nil),                  // 41: vhostmq.agent.v1.Overlay
+	(*VTEP)(nil),                     // 42: vhostmq.agent.v1.VTEP
+	(*OverlayEntry)(nil),             // 43: vhostmq.agent.v1.OverlayEntry
+	(*GetHandoffRequest)(nil),        // 44: vhostmq.agent.v1.GetHandoffRequest
+	(*Handoff)(nil),                  // 45: vhostmq.agent.v1.Handoff
+	(*ReserveRequest)(nil),           // 46: vhostmq.agent.v1.ReserveRequest
+	(*Reservation)(nil),              // 47: vhostmq.agent.v1.Reservation
+	(*ReleaseRequest)(nil),           // 48: vhostmq.agent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 49: vhostmq.agent.v1.ReleaseResponse
+	(*ListReservationsRequest)(nil),  // 50: vhostmq.agent.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil), // 51: vhostmq.agent.v1.ListReservationsResponse
+	(*SetPortBandwidthRequest)(nil),  // 52: vhostmq.agent.v1.SetPortBandwidthRequest
+	nil,                              // 53: vhostmq.agent.v1.PortSpec.LabelsEntry
+	nil,                              // 54: vhostmq.agent.v1.PortStats.LabelsEntry
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: vhostmq.agent.v1.PortSpec.role:type_name -> vhostmq.agent.v1.Role
 	1,  // 1: vhostmq.agent.v1.PortSpec.polling:type_name -> vhostmq.agent.v1.PollingMode
-	49, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
+	53, // 2: vhostmq.agent.v1.PortSpec.labels:type_name -> vhostmq.agent.v1.PortSpec.LabelsEntry
 	5,  // 3: vhostmq.agent.v1.PortSpec.ip:type_name -> vhostmq.agent.v1.IPConfig
 	4,  // 4: vhostmq.agent.v1.PortSpec.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
 	3,  // 5: vhostmq.agent.v1.Bandwidth.ingress:type_name -> vhostmq.agent.v1.Rate
@@ -3647,7 +3987,7 @@ var file_agent_proto_depIdxs = []int32{
 	19, // 16: vhostmq.agent.v1.QueueStats.tx:type_name -> vhostmq.agent.v1.Direction
 	20, // 17: vhostmq.agent.v1.QueueStats.drops:type_name -> vhostmq.agent.v1.Drops
 	21, // 18: vhostmq.agent.v1.QueueStats.offload:type_name -> vhostmq.agent.v1.Offload
-	50, // 19: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
+	54, // 19: vhostmq.agent.v1.PortStats.labels:type_name -> vhostmq.agent.v1.PortStats.LabelsEntry
 	22, // 20: vhostmq.agent.v1.PortStats.queues:type_name -> vhostmq.agent.v1.QueueStats
 	4,  // 21: vhostmq.agent.v1.PortStats.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
 	24, // 22: vhostmq.agent.v1.GetStatsResponse.ports:type_name -> vhostmq.agent.v1.PortStats
@@ -3660,41 +4000,45 @@ var file_agent_proto_depIdxs = []int32{
 	35, // 29: vhostmq.agent.v1.RebalanceStatus.config:type_name -> vhostmq.agent.v1.RebalanceConfig
 	37, // 30: vhostmq.agent.v1.RebalanceStatus.last_run:type_name -> vhostmq.agent.v1.RebalanceRun
 	36, // 31: vhostmq.agent.v1.RebalanceStatus.last_moves:type_name -> vhostmq.agent.v1.QueueMove
-	43, // 32: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
-	4,  // 33: vhostmq.agent.v1.SetPortBandwidthRequest.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
-	12, // 34: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
-	13, // 35: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
-	15, // 36: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
-	16, // 37: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
-	18, // 38: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
-	26, // 39: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
-	30, // 40: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
-	33, // 41: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
-	34, // 42: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
-	40, // 43: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
-	42, // 44: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
-	44, // 45: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
-	46, // 46: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
-	48, // 47: vhostmq.agent.v1.Agent.SetPortBandwidth:input_type -> vhostmq.agent.v1.SetPortBandwidthRequest
-	11, // 48: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
-	14, // 49: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
-	11, // 50: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
-	17, // 51: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
-	25, // 52: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
-	29, // 53: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
-	32, // 54: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
-	39, // 55: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
-	37, // 56: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
-	41, // 57: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
-	43, // 58: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
-	45, // 59: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
-	47, // 60: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
-	11, // 61: vhostmq.agent.v1.Agent.SetPortBandwidth:output_type -> vhostmq.agent.v1.Port
-	48, // [48:62] is the sub-list for method output_type
-	34, // [34:48] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	42, // 32: vhostmq.agent.v1.Overlay.vteps:type_name -> vhostmq.agent.v1.VTEP
+	43, // 33: vhostmq.agent.v1.Overlay.entries:type_name -> vhostmq.agent.v1.OverlayEntry
+	47, // 34: vhostmq.agent.v1.ListReservationsResponse.reservations:type_name -> vhostmq.agent.v1.Reservation
+	4,  // 35: vhostmq.agent.v1.SetPortBandwidthRequest.bandwidth:type_name -> vhostmq.agent.v1.Bandwidth
+	12, // 36: vhostmq.agent.v1.Agent.CreatePort:input_type -> vhostmq.agent.v1.CreatePortRequest
+	13, // 37: vhostmq.agent.v1.Agent.DeletePort:input_type -> vhostmq.agent.v1.DeletePortRequest
+	15, // 38: vhostmq.agent.v1.Agent.GetPort:input_type -> vhostmq.agent.v1.GetPortRequest
+	16, // 39: vhostmq.agent.v1.Agent.ListPorts:input_type -> vhostmq.agent.v1.ListPortsRequest
+	18, // 40: vhostmq.agent.v1.Agent.GetStats:input_type -> vhostmq.agent.v1.GetStatsRequest
+	26, // 41: vhostmq.agent.v1.Agent.GetCapacity:input_type -> vhostmq.agent.v1.GetCapacityRequest
+	30, // 42: vhostmq.agent.v1.Agent.WatchHealth:input_type -> vhostmq.agent.v1.WatchHealthRequest
+	33, // 43: vhostmq.agent.v1.Agent.GetRebalance:input_type -> vhostmq.agent.v1.GetRebalanceRequest
+	34, // 44: vhostmq.agent.v1.Agent.Rebalance:input_type -> vhostmq.agent.v1.RebalanceRequest
+	44, // 45: vhostmq.agent.v1.Agent.GetHandoff:input_type -> vhostmq.agent.v1.GetHandoffRequest
+	46, // 46: vhostmq.agent.v1.Agent.Reserve:input_type -> vhostmq.agent.v1.ReserveRequest
+	48, // 47: vhostmq.agent.v1.Agent.Release:input_type -> vhostmq.agent.v1.ReleaseRequest
+	50, // 48: vhostmq.agent.v1.Agent.ListReservations:input_type -> vhostmq.agent.v1.ListReservationsRequest
+	52, // 49: vhostmq.agent.v1.Agent.SetPortBandwidth:input_type -> vhostmq.agent.v1.SetPortBandwidthRequest
+	40, // 50: vhostmq.agent.v1.Agent.GetOverlay:input_type -> vhostmq.agent.v1.GetOverlayRequest
+	11, // 51: vhostmq.agent.v1.Agent.CreatePort:output_type -> vhostmq.agent.v1.Port
+	14, // 52: vhostmq.agent.v1.Agent.DeletePort:output_type -> vhostmq.agent.v1.DeletePortResponse
+	11, // 53: vhostmq.agent.v1.Agent.GetPort:output_type -> vhostmq.agent.v1.Port
+	17, // 54: vhostmq.agent.v1.Agent.ListPorts:output_type -> vhostmq.agent.v1.ListPortsResponse
+	25, // 55: vhostmq.agent.v1.Agent.GetStats:output_type -> vhostmq.agent.v1.GetStatsResponse
+	29, // 56: vhostmq.agent.v1.Agent.GetCapacity:output_type -> vhostmq.agent.v1.Capacity
+	32, // 57: vhostmq.agent.v1.Agent.WatchHealth:output_type -> vhostmq.agent.v1.Health
+	39, // 58: vhostmq.agent.v1.Agent.GetRebalance:output_type -> vhostmq.agent.v1.RebalanceStatus
+	37, // 59: vhostmq.agent.v1.Agent.Rebalance:output_type -> vhostmq.agent.v1.RebalanceRun
+	45, // 60: vhostmq.agent.v1.Agent.GetHandoff:output_type -> vhostmq.agent.v1.Handoff
+	47, // 61: vhostmq.agent.v1.Agent.Reserve:output_type -> vhostmq.agent.v1.Reservation
+	49, // 62: vhostmq.agent.v1.Agent.Release:output_type -> vhostmq.agent.v1.ReleaseResponse
+	51, // 63: vhostmq.agent.v1.Agent.ListReservations:output_type -> vhostmq.agent.v1.ListReservationsResponse
+	11, // 64: vhostmq.agent.v1.Agent.SetPortBandwidth:output_type -> vhostmq.agent.v1.Port
+	41, // 65: vhostmq.agent.v1.Agent.GetOverlay:output_type -> vhostmq.agent.v1.Overlay
+	51, // [51:66] is the sub-list for method output_type
+	36, // [36:51] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -3703,14 +4047,14 @@ func file_agent_proto_init() {
 		return
 	}
 	file_agent_proto_msgTypes[0].OneofWrappers = []any{}
-	file_agent_proto_msgTypes[40].OneofWrappers = []any{}
+	file_agent_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Agent_Release_FullMethodName          = "/vhostmq.agent.v1.Agent/Release"
 	Agent_ListReservations_FullMethodName = "/vhostmq.agent.v1.Agent/ListReservations"
 	Agent_SetPortBandwidth_FullMethodName = "/vhostmq.agent.v1.Agent/SetPortBandwidth"
+	Agent_GetOverlay_FullMethodName       = "/vhostmq.agent.v1.Agent/GetOverlay"
 )
 
 // AgentClient is the client API for Agent service.
@@ -86,6 +87,10 @@ type AgentClient interface {
 	// bad limit is InvalidArgument naming the field; a port from the
 	// config file is FailedPrecondition (its limits are set there).
 	SetPortBandwidth(ctx context.Context, in *SetPortBandwidthRequest, opts ...grpc.CallOption) (*Port, error)
+	// GetOverlay returns the vxlan uplink's VTEPs with their counters and
+	// every address learned behind one, by network; FailedPrecondition
+	// when the node has no vxlan uplink.
+	GetOverlay(ctx context.Context, in *GetOverlayRequest, opts ...grpc.CallOption) (*Overlay, error)
 }
 
 type agentClient struct {
@@ -245,6 +250,16 @@ func (c *agentClient) SetPortBandwidth(ctx context.Context, in *SetPortBandwidth
 	return out, nil
 }
 
+func (c *agentClient) GetOverlay(ctx context.Context, in *GetOverlayRequest, opts ...grpc.CallOption) (*Overlay, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Overlay)
+	err := c.cc.Invoke(ctx, Agent_GetOverlay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -291,6 +306,10 @@ type AgentServer interface {
 	// bad limit is InvalidArgument naming the field; a port from the
 	// config file is FailedPrecondition (its limits are set there).
 	SetPortBandwidth(context.Context, *SetPortBandwidthRequest) (*Port, error)
+	// GetOverlay returns the vxlan uplink's VTEPs with their counters and
+	// every address learned behind one, by network; FailedPrecondition
+	// when the node has no vxlan uplink.
+	GetOverlay(context.Context, *GetOverlayRequest) (*Overlay, error)
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -342,6 +361,9 @@ func (UnimplementedAgentServer) ListReservations(context.Context, *ListReservati
 }
 func (UnimplementedAgentServer) SetPortBandwidth(context.Context, *SetPortBandwidthRequest) (*Port, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPortBandwidth not implemented")
+}
+func (UnimplementedAgentServer) GetOverlay(context.Context, *GetOverlayRequest) (*Overlay, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOverlay not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -609,6 +631,24 @@ func _Agent_SetPortBandwidth_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_GetOverlay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOverlayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).GetOverlay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_GetOverlay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).GetOverlay(ctx, req.(*GetOverlayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -667,6 +707,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPortBandwidth",
 			Handler:    _Agent_SetPortBandwidth_Handler,
+		},
+		{
+			MethodName: "GetOverlay",
+			Handler:    _Agent_GetOverlay_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
