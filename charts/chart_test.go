@@ -461,3 +461,81 @@ func TestRefusalsNameTheValue(t *testing.T) {
 		}
 	}
 }
+
+// The vxlan uplink: the dataplane's config says vxlan with the node's
+// address from NODE_IP (status.hostIP), the NAD carries the vni, the node
+// pod gets NET_RAW and NET_ADMIN in the host network and may list and
+// watch nodes (its VTEPs) and nothing more for it; values that cannot work
+// are refused naming them.
+func TestVXLANUplink(t *testing.T) {
+	vx := "uplink.mode=vxlan,networkAttachmentDefinition.uplink=vxlan,networkAttachmentDefinition.vni=100,networkAttachmentDefinition.mtu=1450"
+	r := mustRender(t, vx)
+	c := r.dataplaneConfig()
+	if c.Uplink == nil || c.Uplink.VXLAN == nil || !c.Uplink.VXLAN.Nodes || c.Uplink.VXLAN.Local != "" || c.Uplink.VXLAN.MTU != 1500 || c.Uplink.VXLAN.Port != 4789 {
+		t.Fatalf("dataplane config uplink %+v", c.Uplink)
+	}
+	vc, err := c.VXLANConfig(func(k string) string { return map[string]string{config.NodeIPEnv: "10.0.0.5"}[k] })
+	if err != nil || vc.Local.String() != "10.0.0.5" {
+		t.Errorf("the chart's vxlan config with NODE_IP=10.0.0.5: %+v, %v", vc, err)
+	}
+	dp := r.container("dataplane")
+	if !slices.ContainsFunc(dp.Env, func(e corev1.EnvVar) bool {
+		return e.Name == config.NodeIPEnv && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
+	}) {
+		t.Errorf("dataplane env %+v: want NODE_IP from status.hostIP", dp.Env)
+	}
+	if add := dp.SecurityContext.Capabilities.Add; !slices.Contains(add, "NET_RAW") || !slices.Contains(add, "NET_ADMIN") || slices.Contains(add, "BPF") {
+		t.Errorf("dataplane capabilities %v: want NET_RAW and NET_ADMIN, not BPF", add)
+	}
+	var ds appsv1.DaemonSet
+	r.must("DaemonSet", release, &ds)
+	if !ds.Spec.Template.Spec.HostNetwork {
+		t.Error("the node pod is not in the host network with the vxlan uplink")
+	}
+	var vteps []rbacv1.PolicyRule
+	for _, ru := range r.rulesOf(nodeSA) {
+		if slices.Contains(ru.Resources, "nodes") {
+			vteps = append(vteps, ru)
+		}
+	}
+	if want := []rbacv1.PolicyRule{rule(s(""), s("nodes"), s("get", "list", "watch"), nil)}; !reflect.DeepEqual(vteps, want) {
+		t.Errorf("the node pod's rules on nodes %+v, want exactly %+v", vteps, want)
+	}
+	found := false
+	for _, m := range r.objs {
+		if m["kind"] == "NetworkAttachmentDefinition" {
+			spec, _ := m["spec"].(map[string]any)
+			conf, _ := spec["config"].(string)
+			found = strings.Contains(conf, `"uplink":"vxlan"`) && strings.Contains(conf, `"vni":100`) && strings.Contains(conf, `"mtu":1450`)
+			if !found {
+				t.Errorf("NAD config %s: want uplink vxlan, vni 100, mtu 1450", conf)
+			}
+		}
+	}
+	if !found {
+		t.Error("no NAD rendered")
+	}
+	// static VTEPs: no role on nodes
+	r = mustRender(t, vx, "uplink.vxlan.nodes=false", "uplink.vxlan.vteps={10.0.0.1,10.0.0.2}")
+	if c := r.dataplaneConfig(); c.Uplink.VXLAN.Nodes || len(c.Uplink.VXLAN.VTEPs) != 2 {
+		t.Errorf("static VTEPs: config %+v", c.Uplink.VXLAN)
+	}
+	for _, ru := range r.rulesOf(nodeSA) {
+		if slices.Contains(ru.Resources, "nodes") {
+			t.Errorf("static VTEPs: the node pod may still %v nodes", ru.Verbs)
+		}
+	}
+	for set, want := range map[string]string{
+		"uplink.mode=vxlan,networkAttachmentDefinition.uplink=vxlan,networkAttachmentDefinition.mtu=1450": "networkAttachmentDefinition.vni: required",
+		"uplink.mode=vxlan,networkAttachmentDefinition.uplink=vxlan,networkAttachmentDefinition.vni=100":  "networkAttachmentDefinition.mtu: 1500 does not fit the vxlan uplink (uplink.vxlan.mtu 1500 less 50: at most 1450)",
+		"uplink.mode=tap,networkAttachmentDefinition.uplink=tap,networkAttachmentDefinition.vni=100":      "networkAttachmentDefinition.vni: a VNI is for",
+		vx + ",networkAttachmentDefinition.vlan=7":                                                        "networkAttachmentDefinition.vlan: on the vxlan uplink",
+		vx + ",uplink.vxlan.nodes=false":                                                                  "uplink.vxlan.vteps: required",
+		vx + ",uplink.vxlan.mtu=100":                                                                      "/uplink/vxlan/mtu",
+	} {
+		_, err := render(t, set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v; want it refused naming %q", set, err, want)
+		}
+	}
+}

@@ -52,6 +52,21 @@ vhostmq.checkUplink refuses uplink values that cannot work, naming the value.
 {{- if and $n.create (eq $u.mode "tap") (eq $n.uplink "tap") (gt (int ($n.mtu | default 1500)) (int ($u.tap.mtu | default 1500))) -}}
 {{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the tap uplink (uplink.tap.mtu %d)" (int $n.mtu) (int $u.tap.mtu)) -}}
 {{- end -}}
+{{- if and $n.create (eq ($n.uplink | default "none") "vxlan") (not $n.vni) -}}
+{{- fail "networkAttachmentDefinition.vni: required with networkAttachmentDefinition.uplink=vxlan (1..16777215, the same network on every node)" -}}
+{{- end -}}
+{{- if and $n.create $n.vni (ne ($n.uplink | default "none") "vxlan") -}}
+{{- fail "networkAttachmentDefinition.vni: a VNI is for networkAttachmentDefinition.uplink=vxlan" -}}
+{{- end -}}
+{{- if and $n.create (eq ($n.uplink | default "none") "vxlan") (gt (int ($n.vlan | default 0)) 0) -}}
+{{- fail "networkAttachmentDefinition.vlan: on the vxlan uplink a network is told apart by its vni, not a VLAN" -}}
+{{- end -}}
+{{- if and $n.create (eq $u.mode "vxlan") (eq $n.uplink "vxlan") (gt (int ($n.mtu | default 1500)) (sub (int ($u.vxlan.mtu | default 1500)) 50)) -}}
+{{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the vxlan uplink (uplink.vxlan.mtu %d less 50: at most %d)" (int $n.mtu) (int $u.vxlan.mtu) (sub (int $u.vxlan.mtu) 50)) -}}
+{{- end -}}
+{{- if and (eq $u.mode "vxlan") (not $u.vxlan.nodes) (not $u.vxlan.vteps) -}}
+{{- fail "uplink.vxlan.vteps: required when uplink.vxlan.nodes is false (the other nodes' underlay addresses)" -}}
+{{- end -}}
 {{- if and $n.create (eq $u.mode "af_xdp") (eq $n.uplink "af_xdp") (gt (int ($n.mtu | default 1500)) 3822) -}}
 {{- fail (printf "networkAttachmentDefinition.mtu: %d does not fit the af_xdp uplink (frames up to 3840 bytes: MTU at most 3822)" (int $n.mtu)) -}}
 {{- end -}}
