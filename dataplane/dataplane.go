@@ -175,6 +175,10 @@ type port struct {
 	adopted bool          // under mu: taken from a predecessor, not served until StartAdopted
 	flows   vswitch.FlowTable
 	rxReady []atomic.Bool // by pair: the guest RX vring can take frames
+	// announce is a MAC (a Key) its frontend announced, with
+	// announcePending set until the worker of pair 0 broadcast it
+	// (announce.go); 0: none
+	announce atomic.Uint64
 }
 
 // New starts the workers.

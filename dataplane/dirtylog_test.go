@@ -273,13 +273,24 @@ func TestMigrationTwoPortsOneMAC(t *testing.T) {
 	if err := dst.Ctrl(vhostuser.ReqSendRARP, rarp, nil); err != nil {
 		t.Fatal(err)
 	}
+	// the announcement reaches the network's other guests as a RARP
+	// broadcast from macB (the guest could not announce itself)
+	got, err := a.Recv(0, 2*time.Second)
+	if err != nil || len(got) != 60 || [6]byte(got[0:6]) != [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} || [6]byte(got[6:12]) != macB ||
+		got[12] != 0x80 || got[13] != 0x35 || got[21] != 3 || [6]byte(got[22:28]) != macB {
+		t.Fatalf("after SEND_RARP the other guest got % x, %v; want a 60-byte RARP reverse request from %x", got, err, macB)
+	}
+	if got, err := src.Recv(0, 50*time.Millisecond); err == nil && !(got[12] == 0x80 && got[13] == 0x35) {
+		t.Fatalf("the source port got % x", got)
+	}
+	src.RecvAll(0, 50*time.Millisecond)
 	send("after the announce")
 	recvOnly(dst, src, "after the announce")
 	if err := d.RemovePort("src"); err != nil {
 		t.Fatal(err)
 	}
 	send("after the source left")
-	got, err := dst.Recv(0, 2*time.Second)
+	got, err = dst.Recv(0, 2*time.Second)
 	if err != nil || string(got[42:]) != "after the source left" {
 		t.Fatalf("after the source port was removed: %q, %v", got, err)
 	}

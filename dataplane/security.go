@@ -346,6 +346,7 @@ func (d *Dataplane) announced(p *port, hw net.HardwareAddr) {
 		return
 	}
 	d.log.Info("guest announced after migration (RARP)", "port", p.dev.Name(), "mac", hw.String())
+	d.broadcastAnnounce(p, k)
 }
 
 // ownedByOther reports whether another port of p's network owns mac.

@@ -13,6 +13,7 @@ import (
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
 	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
+	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
 	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
 
@@ -78,6 +79,11 @@ func overlayDataplane(t *testing.T, ns string, local netip.Addr) *Dataplane {
 func addOverlayPort(t *testing.T, d *Dataplane, name string, mtu int, opt PortOptions) (string, error) {
 	s := sockPath(t, name)
 	return s, d.AddPort(netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: mtu}, opt)
+}
+
+func addOverlayPortMAC(t *testing.T, d *Dataplane, name string, mac [6]byte, opt PortOptions) (string, error) {
+	s := sockPath(t, name)
+	return s, d.AddPort(netdev.Config{Name: name, Socket: s, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1450, MAC: mac[:]}, opt)
 }
 
 // TestVXLANUplink: guests on two nodes that share no L2 segment are on one
@@ -162,6 +168,21 @@ func TestVXLANUplink(t *testing.T) {
 			t.Errorf("VTEP %+v: want traffic both ways, one address behind it, no errors", v)
 		}
 	}
+
+	// a guest that cannot announce itself lands on node B (its QEMU sends
+	// SEND_RARP): node A's table has it behind B at once, before the guest
+	// sent anything
+	macM := [6]byte{0x52, 0x54, 0, 0, 0x4d, 0x4d}
+	sm, err := addOverlayPortMAC(t, db, "m", macM, ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := dial(t, sm, frontend.Config{ProtocolFeatures: frontend.DefaultProtocolFeatures | 1<<vhostuser.ProtoRARP})
+	if err := m.Ctrl(vhostuser.ReqSendRARP, append(macM[:], 0, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the migrated guest's MAC behind node B on node A", func() bool { return behind(macM) == "10.2.0.2" })
+	recvMatching(t, a, "the RARP at a on node A", func(f []byte) bool { return isFrom(macM)(f) && f[12] == 0x80 && f[13] == 0x35 })
 
 	// a datagram from the router's address (no VTEP) is dropped
 	var rogue *vxlan.Queue

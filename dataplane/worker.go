@@ -155,6 +155,8 @@ type worker struct {
 	sweepEvery int64 // ns: sweepInterval, or Config.parkedSweep; <= 0: no sweep
 	hkAt       int64 // ns: the last housekeeping
 	poked      atomic.Bool
+	announcing atomic.Bool // a port of its pairs has an announcement to send (announce.go)
+	rarp       [rarpLen]byte
 	activeN    atomic.Int32  // len(active), for stats
 	suspects   []*assignment // swept rings whose kick may have been lost (active.go)
 	grace      int64         // ns an interrupt-mode worker polls before it sleeps (tuneGrace)
@@ -441,6 +443,9 @@ func (w *worker) publish() {
 //go:noinline
 func (w *worker) pass() (worked bool) {
 	w.sync()
+	if w.announcing.Load() && w.announcing.Swap(false) {
+		w.sendAnnouncementsSafely()
+	}
 	for _, a := range w.active {
 		if a.shapedUntil != 0 {
 			if nanotime() < a.shapedUntil {
