@@ -16,6 +16,7 @@ package dataplane
 // resolve neighbours itself. The cost is a syscall per burst each way.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -273,19 +274,7 @@ func (d *Dataplane) OverlayTable(now int64) []OverlayEntry {
 		})
 	}
 	slices.SortFunc(out, func(a, b OverlayEntry) int {
-		if a.Network != b.Network {
-			if a.Network < b.Network {
-				return -1
-			}
-			return 1
-		}
-		if a.MAC < b.MAC {
-			return -1
-		}
-		if a.MAC > b.MAC {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Network, b.Network), cmp.Compare(a.MAC, b.MAC))
 	})
 	return out
 }
