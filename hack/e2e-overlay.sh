@@ -159,7 +159,7 @@ done
 # the kernel's vxlan device pings both guests (it learns their MACs from
 # the frames our dataplanes send, and floods its ARP to both VTEPs)
 for g in a:10.20.0.2 b:10.20.0.3; do
-    if out=$(ip netns exec "$NK" busybox ping -c 3 -W 3 "${g#*:}" 2>&1); then
+    if out=$(ip netns exec "$NK" busybox ping -c 3 -W 10 "${g#*:}" 2>&1); then
         vmq_ok "the kernel's vxlan device (nk) pings guest ${g%%:*}: $(grep -o '[0-9]* packets received' <<<"$out"), $(grep -o 'round-trip.*' <<<"$out")"
     else
         vmq_fail "the kernel's vxlan device does not reach guest ${g%%:*}: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
