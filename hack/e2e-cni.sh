@@ -677,6 +677,8 @@ if part errors; then
     ecase dhcp-without-ipam "$(econf '.dhcp = true')" "${ENV_ADD[@]}"
     ecase bad-vlan "$(econf '.vlan = 4095')" "${ENV_ADD[@]}"
     ecase bad-uplink "$(econf '.uplink = "eth0"')" "${ENV_ADD[@]}"
+    ecase vxlan-without-vni "$(econf '.uplink = "vxlan"')" "${ENV_ADD[@]}"
+    ecase vni-without-vxlan "$(econf '.vni = 7')" "${ENV_ADD[@]}"
     # the agent refuses: this node has no tap uplink
     ecase uplink-not-on-node "$(econf '.uplink = "tap"')" "${ENV_ADD[@]}"
     # allocation
