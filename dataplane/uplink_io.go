@@ -55,12 +55,12 @@ type workerUplink struct {
 	// what it read (a handoff: frames wait in the device's queue for the
 	// successor); parked says it has.
 	pause, parked atomic.Bool
-	notifyOn      *netdev.Vring // the RX ring armUplinkHold asked to kick
-	pending       bool          // frames sent since the last Flush
-	tapq          *tapQueue     // the tap queue (vnet headers), nil for af_xdp and vxlan
-	vxq           *vxlan.Queue  // the vxlan queue, nil for tap and af_xdp
-	one           [1]*vxlan.Peer
-	meta          upMeta // offload metadata of the frame at next (uplinkMetaIn)
+	notifyOn      *netdev.Vring  // the RX ring armUplinkHold asked to kick
+	pending       bool           // frames sent since the last Flush
+	tapq          *tapQueue      // the tap queue (vnet headers), nil for af_xdp and vxlan
+	vxq           *vxlan.Queue   // the vxlan queue, nil for tap and af_xdp
+	one           [1]*vxlan.Peer // sendOverlay's list of one VTEP (no allocation per frame)
+	meta          upMeta         // offload metadata of the frame at next (uplinkMetaIn)
 	// af_xdp: guest MACs this worker put into the device's map (as of
 	// u.macGen == gen), so a burst costs a map lookup, not a syscall.
 	known map[vswitch.MAC]struct{}
