@@ -77,14 +77,14 @@ type HandoverReport struct {
 // error every port goes on here as before. A tap uplink goes with the
 // ports: the workers stop reading it (pauseUplink) before the rings
 // freeze, its queues are handed over, and this process never reads them
-// again. An af_xdp uplink is refused: the caller falls back to a restart,
-// which the frontends see as a reconnect.
+// again; so do a vxlan uplink's sockets. An af_xdp uplink is refused: the
+// caller falls back to a restart, which the frontends see as a reconnect.
 //
 // With Exchange.Commit set, the handoff runs in two phases so that the
 // rings stop only for its last step (see Exchange). The pause reported is
 // the rings' freeze.
 func (d *Dataplane) Handover(build string, timeout time.Duration, x Exchange) (HandoverReport, error) {
-	if d.up != nil && d.up.tap == nil {
+	if d.up != nil && d.up.xdp != nil {
 		return HandoverReport{}, fmt.Errorf("handover: the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", d.up.kind)
 	}
 	d.placeMu.Lock()

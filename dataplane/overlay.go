@@ -50,8 +50,9 @@ type peerSet struct {
 	all    []*vxlan.Peer // sorted by address; every flood goes to each
 }
 
-// openOverlay opens a queue per worker on the node's address.
-func openOverlay(c vxlan.Config, workers int) (*overlay, error) {
+// openOverlay opens a queue per worker on the node's address, adopting
+// the handed sockets (rx, tx pairs, taken from fds and set to -1) first.
+func openOverlay(c vxlan.Config, workers int, handed []int, fds []int) (*overlay, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -63,7 +64,16 @@ func openOverlay(c vxlan.Config, workers int) (*overlay, error) {
 	if o.nl, err = netlink.NewHandle(); err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	for range workers {
+	for i := 0; i+1 < len(handed) && len(o.queues) < workers; i += 2 {
+		q, err := vxlan.Adopt(fds[handed[i]], fds[handed[i+1]], c.Port)
+		fds[handed[i]], fds[handed[i+1]] = -1, -1
+		if err != nil {
+			o.close()
+			return nil, err
+		}
+		o.queues = append(o.queues, q)
+	}
+	for len(o.queues) < workers {
 		q, err := vxlan.Open(c.Local, c.Port)
 		if err != nil {
 			o.close()
@@ -216,6 +226,10 @@ func (w *worker) sendOverlay(nw *network, buf []byte, start, n int) {
 	u.TxBytes.Add(uint64(n))
 }
 
+// overlayName is the uplink's name in stats and handoffs: the node's
+// VTEP, "address:port".
+func overlayName(c vxlan.Config) string { return fmt.Sprintf("%s:%d", c.Local, c.Port) }
+
 // VTEPStats is one VTEP's counters and how many addresses each network
 // learned behind it.
 type VTEPStats struct {
@@ -244,7 +258,7 @@ type OverlayEntry struct {
 // overlayStats fills the overlay's part of the uplink's stats.
 func (d *Dataplane) overlayStats(s *UplinkStats) {
 	o := d.up.vx
-	s.Name = fmt.Sprintf("%s:%d", o.cfg.Local, o.cfg.Port)
+	s.Name = overlayName(o.cfg)
 	s.Queues = len(o.queues)
 	s.RxUnknownVTEP, s.TxNoVTEP = o.RxUnknownVTEP.Load(), o.TxNoVTEP.Load()
 	for _, q := range o.queues {

@@ -177,16 +177,18 @@ func (d *Dataplane) openUplink(tc *tap.Config, xc *afxdp.Config, vc *vxlan.Confi
 	case (tc != nil) && (xc != nil) || (tc != nil || xc != nil) && vc != nil:
 		return errors.New("uplink: tap, af_xdp and vxlan exclude each other")
 	case vc != nil:
-		o, err := openOverlay(*vc, len(d.workers))
+		handedQueues, fds := handedOverlay(vc, handed)
+		o, err := openOverlay(*vc, len(d.workers), handedQueues, fds)
 		if err != nil {
 			return fmt.Errorf("uplink.vxlan.%w", err)
 		}
+		paused = handedQueues != nil
 		u.kind, u.vx, u.mtu = UplinkVXLAN, o, vxlan.InnerMTU(o.cfg.MTU)
 		for i := range queues {
 			queues[i] = o.queues[i]
 		}
 		d.log.Info("vxlan uplink up", "local", o.cfg.Local.String(), "port", o.cfg.Port, "underlayMTU", o.cfg.MTU, "mtu", u.mtu,
-			"vteps", len(o.peers.Load().all))
+			"vteps", len(o.peers.Load().all), "adoptedQueues", len(handedQueues)/2)
 	case tc != nil:
 		dev, adopted, err := adoptTap(tc, handed, len(d.workers))
 		if err != nil {
@@ -520,7 +522,23 @@ func (d *Dataplane) exportUplink(fds []int) (*handoff.Uplink, []int, error) {
 		return nil, fds, nil
 	}
 	if u.vx != nil {
-		return nil, fds, nil // the successor opens its own sockets (SO_REUSEPORT)
+		// the sockets go on in the successor: datagrams that come in
+		// meanwhile wait in them (a new socket beside them would take its
+		// share of the flows and leave the old ones' datagrams unread)
+		c := u.vx.cfg
+		hu := &handoff.Uplink{Kind: u.kind, Name: overlayName(c), MTU: c.MTU}
+		for i, q := range u.vx.queues {
+			rx, tx := q.FDs()
+			for _, fd := range []int{rx, tx} {
+				dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+				if err != nil {
+					return nil, fds, fmt.Errorf("uplink: dup of vxlan queue %d: %w", i, err)
+				}
+				hu.Queues = append(hu.Queues, len(fds))
+				fds = append(fds, dup)
+			}
+		}
+		return hu, fds, nil
 	}
 	if u.tap == nil {
 		return nil, fds, fmt.Errorf("the %s uplink cannot be handed over (its NIC queues are bound to this process's sockets)", u.kind)
@@ -536,6 +554,23 @@ func (d *Dataplane) exportUplink(fds []int) (*handoff.Uplink, []int, error) {
 		fds = append(fds, fd)
 	}
 	return hu, fds, nil
+}
+
+// handedOverlay returns the predecessor's vxlan sockets (rx, tx pairs:
+// indexes into the returned fds) when its uplink was the same VTEP, else
+// nil (the handed fds are left to the caller, who closes them).
+func handedOverlay(c *vxlan.Config, h *HandedUplink) (queues, fds []int) {
+	if h == nil || h.Uplink == nil || h.Uplink.Kind != UplinkVXLAN {
+		return nil, nil
+	}
+	port := c.Port
+	if port == 0 {
+		port = vxlan.DefaultPort
+	}
+	if h.Uplink.Name != overlayName(vxlan.Config{Local: c.Local, Port: port}) || len(h.Uplink.Queues)%2 != 0 {
+		return nil, nil
+	}
+	return h.Uplink.Queues, h.FDs
 }
 
 // adoptTap takes the predecessor's tap queues (an upgrade without a gap)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/handoff"
 	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/netdev"
 	"github.com/vhostmq/vhostmq/dataplane/vhostuser"
@@ -247,4 +248,80 @@ func TestVXLANUplink(t *testing.T) {
 			t.Errorf("port %q: %v, want %q", c.name, err, c.want)
 		}
 	}
+}
+
+// TestHandoverWithVXLANUplink: the vxlan uplink's sockets go with the
+// ports to a successor. A numbered stream from a guest on node B comes in
+// over the overlay while port a and node A's sockets move: every frame
+// arrives once and in order (what came in meanwhile waits in the same
+// sockets), and the old dataplane reads none of it afterwards.
+func TestHandoverWithVXLANUplink(t *testing.T) {
+	o := newOverlayBed(t)
+	old := overlayDataplane(t, o.a, vtepA)
+	peer := overlayDataplane(t, o.b, vtepB)
+	opt := PortOptions{Network: "ov", VNI: 100, Uplink: true}
+	sa, err := addOverlayPort(t, old, "a", 1450, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := addOverlayPort(t, peer, "b", 1450, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := map[string]netdev.Config{"a": {Name: "a", Socket: sa, Role: netdev.RoleServer, QueuePairs: 1, MTU: 1450}}
+	a, bb := dial(t, sa, frontend.Config{}), dial(t, sb, frontend.Config{})
+	if err := a.Send(0, ipFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, macA)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, bb, "a's broadcast at b", isFrom(macA))
+	if err := bb.Send(0, ipFrame(macA, macB)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, a, "b's unicast at a", isFrom(macB))
+
+	const n = 3000
+	s := frontend.StartStreamMatching(bb, a, n, numberedIP, isNumbered)
+	waitSent(t, s, n/3)
+	oc, nc := handoffPair(t)
+	oldDone, rep := oldSide(old, oc, nil)
+	succ, err := newSideBuilt(t, nc, cfgs, map[string]PortOptions{"a": opt}, true, func(st *handoff.State, fds []int) (*Dataplane, error) {
+		if st.Uplink == nil || st.Uplink.Kind != UplinkVXLAN || st.Uplink.Name != "10.1.0.2:4789" || len(st.Uplink.Queues) != 4 {
+			return nil, fmt.Errorf("handed uplink %+v, want vxlan 10.1.0.2:4789 with 2 socket pairs", st.Uplink)
+		}
+		var d *Dataplane
+		var err error
+		nettest.In(t, o.a, func() {
+			d, err = New(Config{CPUs: []int{0, 1}, Logger: testLogger(t),
+				VXLAN:  &vxlan.Config{Local: vtepA, MTU: 1500, VTEPs: []netip.Addr{vtepA, vtepB, vtepK}},
+				Handed: &HandedUplink{Uplink: st.Uplink, FDs: fds}})
+		})
+		if err == nil {
+			t.Cleanup(d.Close)
+		}
+		return d, err
+	})
+	if err != nil {
+		t.Fatal("successor: ", err)
+	}
+	if err := <-oldDone; err != nil {
+		t.Fatal("old: ", err)
+	}
+	atHandover := s.Sent()
+	waitStream(t, s)
+	t.Logf("handover of %d port and the vxlan sockets after %d of %d frames, paused %v", rep.Ports, atHandover, n, rep.Pause)
+	ost, _ := old.UplinkStats()
+	nst, _ := succ.UplinkStats()
+	if nst.RxPackets == 0 || !nst.Healthy || nst.Name != "10.1.0.2:4789" {
+		t.Errorf("the successor's uplink: %+v; want the stream's rest on 10.1.0.2:4789", nst)
+	}
+	rx := ost.RxPackets
+	s2 := frontend.StartStreamMatching(bb, a, 200, numberedIP, isNumbered)
+	waitStream(t, s2)
+	if ost, _ = old.UplinkStats(); ost.RxPackets != rx {
+		t.Errorf("the old dataplane read %d datagrams after the handover", ost.RxPackets-rx)
+	}
+	if err := a.Send(0, ipFrame(macB, macA)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, bb, "a's unicast at b through the adopted sockets", isFrom(macA))
 }

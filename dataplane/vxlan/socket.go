@@ -101,8 +101,7 @@ func Open(local netip.Addr, port uint16) (_ *Queue, err error) {
 	if !local.Is4() {
 		return nil, fmt.Errorf("vxlan: local address %s is not IPv4", local)
 	}
-	q := &Queue{rxFD: -1, txFD: -1, port: port, cur: -1,
-		rxBuf: make([]byte, Burst*BufSize), txBuf: make([]byte, Burst*BufSize)}
+	q := newQueue(port)
 	defer func() {
 		if err != nil {
 			q.Close()
@@ -139,6 +138,13 @@ func Open(local netip.Addr, port uint16) (_ *Queue, err error) {
 	if err := unix.Bind(q.txFD, &unix.SockaddrInet4{Addr: local.As4()}); err != nil {
 		return nil, fmt.Errorf("vxlan: bind the raw socket to %s: %w", local, err)
 	}
+	return q, nil
+}
+
+// newQueue is a Queue without sockets, its buffers and messages set up.
+func newQueue(port uint16) *Queue {
+	q := &Queue{rxFD: -1, txFD: -1, port: port, cur: -1,
+		rxBuf: make([]byte, Burst*BufSize), txBuf: make([]byte, Burst*BufSize)}
 	for i := range q.rxMsgs {
 		q.rxIov[i] = unix.Iovec{Base: &q.rxBuf[i*BufSize]}
 		q.rxIov[i].SetLen(BufSize)
@@ -151,8 +157,26 @@ func Open(local netip.Addr, port uint16) (_ *Queue, err error) {
 		q.txMsgs[i].Hdr.Iov = &q.txIov[i]
 		q.txMsgs[i].Hdr.SetIovlen(1)
 	}
+	return q
+}
+
+// Adopt makes a Queue of a predecessor's sockets (an upgrade without a
+// gap: datagrams that came in meanwhile wait in them). It owns the fds
+// from then on, also on error.
+func Adopt(rxFD, txFD int, port uint16) (*Queue, error) {
+	q := newQueue(port)
+	q.rxFD, q.txFD = rxFD, txFD
+	for _, fd := range []int{rxFD, txFD} {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			q.Close()
+			return nil, fmt.Errorf("vxlan: adopted socket %d: %w", fd, err)
+		}
+	}
 	return q, nil
 }
+
+// FDs returns the queue's sockets (a handoff duplicates them).
+func (q *Queue) FDs() (rx, tx int) { return q.rxFD, q.txFD }
 
 // SocketBuffer is the receive and send buffer a Queue asks for: a TCP
 // flow's 64 KiB GSO frames arrive as bursts of some 45 datagrams each, and
