@@ -11,9 +11,9 @@
 #   image imported; the image localhost/vhostmq:dev (every binary of the
 #   test bed, hack/cluster/images.sh --bundle) and localhost/vhostmq:upgrade
 #   (the same sources linked stripped: another digest, for helm upgrade);
-#   with the second node, the uplinks' network (a bridge vmq-br in each
-#   node's netns, joined by a veth) and the second node cordoned until the
-#   migration; the test bed's own binding registration and vhostmq-cni link
+#   with the second node, the second node cordoned until the migration
+#   (the nodes' networks are joined by the chart's vxlan uplink over their
+#   InternalIP addresses: nothing to bring up); the test bed's own binding registration and vhostmq-cni link
 #   taken out (the chart installs both).  Then the specs: helm install,
 #   the VMs, traffic, migrations, helm upgrade, delete, helm uninstall.
 #   At the end (also after a failure) what the specs left is deleted and
@@ -97,9 +97,6 @@ cleanup() {
         restore_testbed
         if ((TWO_NODES)); then
             k uncordon "$VMQC_NODE2" >/dev/null 2>&1
-            ip -n "$VMQC_NETNS" link del vmq-up 2>/dev/null
-            ip -n "$VMQC_NETNS" link del vmq-br 2>/dev/null
-            ip -n "$VMQC_NETNS2" link del vmq-br 2>/dev/null
         fi
     fi
     rm -rf "$work"
@@ -137,20 +134,9 @@ mkdir -p "$work/upgrade"
 for b in "${BUNDLE[@]}"; do up_bins+=("$work/upgrade/$b"); done
 "$VMKV_DIR/../cluster/images.sh" --bundle "$IMAGE_REPO:upgrade" "${up_bins[@]}"
 
-# the uplinks' network: a bridge in each node's netns, joined by a veth; the
-# VMs start on the first node (the second is cordoned until the migration)
-if ((TWO_NODES)); then
-    for ns in "$VMQC_NETNS" "$VMQC_NETNS2"; do
-        ip -n "$ns" link show vmq-br >/dev/null 2>&1 || ip -n "$ns" link add vmq-br type bridge
-        ip -n "$ns" link set vmq-br up
-    done
-    if ! ip -n "$VMQC_NETNS" link show vmq-up >/dev/null 2>&1; then
-        ip -n "$VMQC_NETNS" link add vmq-up type veth peer name vmq-up netns "$VMQC_NETNS2"
-    fi
-    ip -n "$VMQC_NETNS" link set vmq-up master vmq-br up
-    ip -n "$VMQC_NETNS2" link set vmq-up master vmq-br up
-    k cordon "$VMQC_NODE2" >/dev/null
-fi
+# the VMs start on the first node (the second is cordoned until the
+# migration); the nodes' dataplanes are joined by the vxlan uplink
+((TWO_NODES)) && k cordon "$VMQC_NODE2" >/dev/null
 # what the test bed registered and installed by hand goes: the chart does it now
 unregister_testbed_binding
 rm -f "$NODE_CNI_BIN/vhostmq-cni"
@@ -174,5 +160,5 @@ args=(-test.v -test.timeout 70m -ginkgo.timeout 65m -ginkgo.v -ginkgo.label-filt
 t1=$(vmq_now)
 # go test runs a package's test binary in the package's folder
 (cd "$VMQ_REPO_ROOT/test/e2e" && timeout 4200 "$work/e2e.test" "${args[@]}" "${GINKGO_ARGS[@]}") || rc=$?
-echo "--- bring-up (specs built, images, uplinks) ${t_up} s; specs $(vmqc_secs "$t1") s; logs, junit.xml: $OUT"
+echo "--- bring-up (specs built, images) ${t_up} s; specs $(vmqc_secs "$t1") s; logs, junit.xml: $OUT"
 ((rc == 0)) || exit "$rc"

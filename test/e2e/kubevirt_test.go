@@ -5,7 +5,7 @@ package e2e
 // vhostmq as a user installs it, on real KubeVirt v1.7.0 (the test bed of
 // hack/kubevirt: testbed.sh up), ported from the checks of
 // hack/kubevirt/test-vm.sh, which now does the bring-up only (the images,
-// the uplinks' bridges, the test bed's own binding and CNI link taken out)
+// the test bed's own binding and CNI link taken out)
 // and runs these specs (label kubevirt). The chain:
 //
 //	helm install charts/vhostmq --wait (DaemonSet: init container installs
@@ -95,7 +95,7 @@ func (v *kvVM) vm(k *framework.KubeVirt) *libvmi.VirtualMachine {
 		libvmi.WithNamespace(kvNS), libvmi.WithCores(v.cores), libvmi.WithMemory(v.mem),
 		libvmi.WithNetworkInterfaceMultiQueue(true),
 		libvmi.WithVhostmqInterface("fast", f.Namespace+"/vhu-net"),
-		libvmi.WithKernelBoot(k.GuestImage, "console=ttyS0 panic=-1 loglevel=4 vmq.name="+v.name+" "+v.args+" vmq.duration=3000"),
+		libvmi.WithKernelBoot(k.GuestImage, "console=ttyS0 panic=-1 loglevel=4 vmq.name="+v.name+" "+v.args+" vmq.duration=3000"+overlayMTU(k)),
 		libvmi.WithAnnotation("vhostmq.io/polling", "adaptive"),
 		libvmi.WithTerminationGracePeriod(5),
 	}
@@ -227,6 +227,27 @@ var _ = Describe("KubeVirt", Ordered, ContinueOnFailure, Label("kubevirt"), func
 
 		It("the post-install hook registered the binding in the KubeVirt CR", func(ctx SpecContext) {
 			Expect(k.BindingImage(ctx)).To(Equal(k.SidecarImage))
+		})
+
+		It("with two nodes: each node's dataplane has the other's VTEP, its InternalIP from the Node objects (vxlan uplink)", func(ctx SpecContext) {
+			s.needNode2()
+			ip1, ip2 := internalIP(ctx, k.Node), internalIP(ctx, k.Node2)
+			a2, closeConn, err := k.AgentOn(k.Node2)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(closeConn)
+			for _, c := range []struct {
+				a         agentv1.AgentClient
+				own, peer string
+			}{{agent, ip1, ip2}, {a2, ip2, ip1}} {
+				Eventually(func() ([]string, error) {
+					o, err := c.a.GetOverlay(ctx, &agentv1.GetOverlayRequest{})
+					var vteps []string
+					for _, v := range o.GetVteps() {
+						vteps = append(vteps, v.GetAddress())
+					}
+					return append(vteps, "local "+o.GetLocal()), err
+				}).WithTimeout(60 * time.Second).WithPolling(time.Second).Should(ConsistOf(c.peer, fmt.Sprintf("local %s:4789", c.own)))
+			}
 		})
 
 		It("NAD vhostmq-system/vhu-net with resourceName vhostmq.io/queue-pairs", func(ctx SpecContext) {
@@ -561,6 +582,21 @@ var _ = Describe("KubeVirt", Ordered, ContinueOnFailure, Label("kubevirt"), func
 			migrated()
 			Eventually(s.portStatus(ctx, agent2(), vm3.pod)).WithTimeout(60 * time.Second).WithPolling(time.Second).
 				Should(Equal("connected, 1 pairs enabled"))
+		})
+
+		It("the first node's overlay has vm3's MAC behind the second node's VTEP", func(ctx SpecContext) {
+			s.needNode2()
+			migrated()
+			mac, ip2 := srcPort.GetSpec().GetMac(), internalIP(ctx, k.Node2)
+			Eventually(func() (string, error) {
+				o, err := agent.GetOverlay(ctx, &agentv1.GetOverlayRequest{})
+				for _, e := range o.GetEntries() {
+					if e.GetMac() == mac {
+						return e.GetVtep(), err
+					}
+				}
+				return "not learned", err
+			}).WithTimeout(60*time.Second).WithPolling(time.Second).Should(Equal(ip2), "vm3's MAC %s", mac)
 		})
 
 		It("it carries vm3's MAC", func(ctx SpecContext) {
@@ -900,14 +936,44 @@ type kvSuite struct {
 // is named (its default follows image.tag, and the upgrade rebuilds only
 // the main image), the dataplane logs every vhost-user message and dumps
 // its TX rings every 10 s; with two nodes, the dataplanes are joined by
-// tap uplinks on the bridges test-vm.sh made (vmq-br in each node's netns).
+// the vxlan uplink (#30) over the nodes' InternalIP addresses.
 func (s *kvSuite) helmValues() []string {
 	v := []string{"paths.cniBinDir=" + s.k.NodeCNIBin, "paths.cniConfDir=" + s.k.NodeCNIConf, "kubevirt.registerBinding=true",
 		"kubevirt.sidecarImage=" + s.k.SidecarImage, "dataplane.cpus={0,1}", "dataplane.logLevel=debug", "dataplane.watchdog.ringDumpSeconds=10"}
 	if s.k.Node2 != "" {
-		v = append(v, "uplink.mode=tap", "uplink.tap.attach=vmq-br", "networkAttachmentDefinition.uplink=tap")
+		v = append(v, "uplink.mode=vxlan", "networkAttachmentDefinition.uplink=vxlan", fmt.Sprintf("networkAttachmentDefinition.vni=%d", kvVNI),
+			fmt.Sprintf("networkAttachmentDefinition.mtu=%d", kvOverlayMTU))
 	}
 	return v
+}
+
+// With two nodes the network is an overlay (#30): VNI kvVNI between the
+// nodes' InternalIP addresses, which the node pods take from the Node
+// objects; the guests (static addresses, no DHCP) are given its MTU.
+const (
+	kvVNI        = 4242
+	kvOverlayMTU = 1450 // the test bed's 1500 less 50
+)
+
+func overlayMTU(k *framework.KubeVirt) string {
+	if k.Node2 == "" {
+		return ""
+	}
+	return fmt.Sprintf(" vmq.mtu=%d", kvOverlayMTU)
+}
+
+// internalIP is a node's InternalIP address.
+func internalIP(ctx context.Context, node string) string {
+	GinkgoHelper()
+	n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	Fail("node " + node + " has no InternalIP")
+	return ""
 }
 
 func (s *kvSuite) needNode2() {
