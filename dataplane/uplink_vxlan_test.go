@@ -325,3 +325,85 @@ func TestHandoverWithVXLANUplink(t *testing.T) {
 	}
 	recvMatching(t, bb, "a's unicast at b through the adopted sockets", isFrom(macA))
 }
+
+// TestOverlayPathAllocatesNothing: a worker's pass that encapsulates a
+// burst of guest frames for a VTEP, and one that receives a burst of
+// datagrams and delivers them to a guest, allocate nothing.
+func TestOverlayPathAllocatesNothing(t *testing.T) {
+	o := newOverlayBed(t)
+	var da *Dataplane
+	var err error
+	nettest.In(t, o.a, func() {
+		da, err = New(Config{CPUs: []int{0}, Logger: testLogger(t),
+			VXLAN: &vxlan.Config{Local: vtepA, MTU: 1500, VTEPs: []netip.Addr{vtepA, vtepB}}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(da.Close)
+	db := overlayDataplane(t, o.b, vtepB)
+	opt := PortOptions{Network: "ov", VNI: 100, Uplink: true}
+	sa, err := addOverlayPort(t, da, "a", 1450, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := addOverlayPort(t, db, "b", 1450, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := dial(t, sa, frontend.Config{QueueSize: 1024}), dial(t, sb, frontend.Config{QueueSize: 1024})
+	if err := a.Send(0, ipFrame([6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, macA)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, b, "a's broadcast at b", isFrom(macA))
+	if err := b.Send(0, ipFrame(macA, macB)); err != nil {
+		t.Fatal(err)
+	}
+	recvMatching(t, a, "b's unicast at a", isFrom(macB))
+
+	const runs = 5
+	w := da.workers[0]
+	w.halt()
+	frames := make([][]byte, 0, burstSize)
+	for i := range burstSize {
+		frames = append(frames, udpFrame(macB, macA, uint16(i), 9, make([]byte, 64)))
+	}
+	for i := 0; i <= runs; i++ { // AllocsPerRun makes runs+1 calls
+		if n, err := a.SendBurst(0, frames); err != nil || n != len(frames) {
+			t.Fatalf("queued %d of %d: %v", n, len(frames), err)
+		}
+	}
+	tx := da.up.vx.peers.Load().byAddr[vtepB.As4()].TxPackets.Load()
+	if allocs := testing.AllocsPerRun(runs, func() {
+		if !w.pass() {
+			t.Fatal("the pass found no work")
+		}
+	}); allocs != 0 {
+		t.Errorf("a pass encapsulating %d frames allocated %.1f times", burstSize, allocs)
+	}
+	if got := da.up.vx.peers.Load().byAddr[vtepB.As4()].TxPackets.Load() - tx; got != (runs+1)*burstSize {
+		t.Errorf("%d datagrams to node B, want %d", got, (runs+1)*burstSize)
+	}
+
+	// the other way: datagrams from b wait in node A's socket
+	back := make([][]byte, 0, burstSize)
+	for i := range burstSize {
+		back = append(back, udpFrame(macA, macB, uint16(i), 9, make([]byte, 64)))
+	}
+	for i := 0; i <= runs; i++ {
+		if n, err := b.SendBurst(0, back); err != nil || n != len(back) {
+			t.Fatalf("b queued %d of %d: %v", n, len(back), err)
+		}
+	}
+	waitFor(t, "node B sent b's frames", func() bool {
+		return db.up.vx.peers.Load().byAddr[vtepA.As4()].TxPackets.Load() >= (runs+1)*burstSize+1
+	})
+	time.Sleep(50 * time.Millisecond) // through the router
+	a.RecvAll(0, 10*time.Millisecond)
+	if allocs := testing.AllocsPerRun(runs, func() { w.pass() }); allocs != 0 {
+		t.Errorf("a pass receiving datagrams and delivering them to a allocated %.1f times", allocs)
+	}
+	if rx := da.up.vx.peers.Load().byAddr[vtepB.As4()].RxPackets.Load(); rx < (runs+1)*burstSize {
+		t.Errorf("node A took %d datagrams from node B, want at least %d", rx, (runs+1)*burstSize)
+	}
+}
