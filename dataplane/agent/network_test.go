@@ -267,30 +267,9 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 		t.Skip("needs root for a network namespace")
 	}
 	ns := fmt.Sprintf("vmqax%d", os.Getpid())
-	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"},
-		{"-n", ns, "link", "set", "vx0", "up"}, {"-n", ns, "link", "set", "vx1", "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	var dp *dataplane.Dataplane
-	func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		orig, _ := netns.Get()
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		netns.Set(h)
-		defer netns.Set(orig)
-		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), AFXDP: &afxdp.Config{Interface: "vx0"}}); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	dp := dataplaneInNetns(t, ns, [][]string{{"-n", ns, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"},
+		{"-n", ns, "link", "set", "vx0", "up"}, {"-n", ns, "link", "set", "vx1", "up"}},
+		dataplane.Config{Logger: logger(), AFXDP: &afxdp.Config{Interface: "vx0"}})
 	e := startOn(t, shortDir(t), dp, 4)
 	s := e.spec("u", 1)
 	s.Network, s.Uplink = "ns1/red", "af_xdp"
@@ -340,31 +319,10 @@ func TestVXLANUplinkThroughTheAgent(t *testing.T) {
 		t.Skip("needs root for a network namespace")
 	}
 	ns := fmt.Sprintf("vmqvx%d", os.Getpid())
-	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"},
-		{"-n", ns, "addr", "add", "10.50.0.1/24", "dev", "d0"}, {"-n", ns, "link", "set", "d0", "up"}, {"-n", ns, "link", "set", "d1", "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	var dp *dataplane.Dataplane
-	func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		orig, _ := netns.Get()
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		netns.Set(h)
-		defer netns.Set(orig)
-		vc := &vxlan.Config{Local: netip.MustParseAddr("10.50.0.1"), MTU: 1500, VTEPs: []netip.Addr{netip.MustParseAddr("10.50.0.2")}}
-		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), VXLAN: vc}); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	vc := &vxlan.Config{Local: netip.MustParseAddr("10.50.0.1"), MTU: 1500, VTEPs: []netip.Addr{netip.MustParseAddr("10.50.0.2")}}
+	dp := dataplaneInNetns(t, ns, [][]string{{"-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"-n", ns, "addr", "add", "10.50.0.1/24", "dev", "d0"}, {"-n", ns, "link", "set", "d0", "up"}, {"-n", ns, "link", "set", "d1", "up"}},
+		dataplane.Config{Logger: logger(), VXLAN: vc})
 	e := startOn(t, shortDir(t), dp, 4)
 	for _, c := range []struct {
 		name, network string
@@ -402,4 +360,34 @@ func TestVXLANUplinkThroughTheAgent(t *testing.T) {
 	if _, err := e.create(s3); code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `spec.vni: 12, but uplink is "tap"`) {
 		t.Errorf("a vni with the tap uplink: %v", err)
 	}
+}
+
+// dataplaneInNetns makes network namespace ns (removed when the test
+// ends), runs the ip commands in setup, and starts a dataplane inside it.
+func dataplaneInNetns(t *testing.T, ns string, setup [][]string, cfg dataplane.Config) *dataplane.Dataplane {
+	t.Helper()
+	for _, args := range append([][]string{{"netns", "add", ns}}, setup...) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+		if args[0] == "netns" {
+			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, _ := netns.Get()
+	defer orig.Close()
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	netns.Set(h)
+	defer netns.Set(orig)
+	dp, err := dataplane.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp
 }

@@ -307,9 +307,6 @@ func (q *Queue) Flush() {
 	q.used, q.cur = 0, -1
 }
 
-// errAgain is EAGAIN, for comparison without an interface conversion.
-var errAgain = unix.EAGAIN
-
 // send hands the queued datagrams to the kernel and counts them per VTEP.
 func (q *Queue) send() {
 	for i := 0; i < q.queued; {
@@ -323,7 +320,7 @@ func (q *Queue) send() {
 				q.txPeers[j].TxBytes.Add(q.txIov[j].Len - HeadLen)
 			}
 			i += int(r)
-		case e == errAgain || e == unix.ENOBUFS:
+		case e == unix.EAGAIN || e == unix.ENOBUFS:
 			for _, p := range q.txPeers[i:q.queued] {
 				p.TxDropped.Add(1)
 			}
