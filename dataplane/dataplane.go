@@ -541,15 +541,8 @@ func (d *Dataplane) nodesOf(ws []*worker) []int {
 }
 
 // pickRX chooses the RX queue pair for a flow: the one the guest sent the
-// flow from, when known and ready. A flow the guest never sent goes to the
-// pair with the sending pair's index when the sender (from, nil for the
-// uplink) has at least as many pairs: each sending queue keeps to one
-// receiving queue, as a DPDK or OVS thread keeps to its own TX queue, and
-// the sender's own spread over its queues is kept; a burst's new flows
-// then fill one ring instead of alternating between rings. Else the
-// pair is chosen by hash, as tun does for a flow it has not seen; else
-// the next ready one.
-func (p *port) pickRX(hash uint32, from *assignment) int {
+// flow from, when known and ready; else by hash; else the next ready one.
+func (p *port) pickRX(hash uint32) int {
 	n := len(p.rxReady)
 	if n == 1 { // no choice: no flow lookup
 		if p.rxReady[0].Load() {
@@ -560,19 +553,9 @@ func (p *port) pickRX(hash uint32, from *assignment) int {
 	if q := p.flows.Lookup(hash); q >= 0 && q < n && p.rxReady[q].Load() {
 		return q
 	}
-	var start int
-	if from != nil && len(from.port.rxReady) >= n {
-		if start = from.pair; start >= n {
-			start %= n
-		}
-	} else {
-		start = int(hash % uint32(n))
-	}
+	start := int(hash % uint32(n))
 	for i := range n {
-		q := start + i
-		if q >= n {
-			q -= n
-		}
+		q := (start + i) % n
 		if p.rxReady[q].Load() {
 			return q
 		}

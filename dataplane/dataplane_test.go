@@ -281,59 +281,6 @@ func TestTrafficEveryQueueBothWays(t *testing.T) {
 	}
 }
 
-// TestNewFlowFollowsSendingPair: a flow the destination never sent goes
-// to the pair with the sending pair's index when the sender has at least
-// as many pairs (each sending queue keeps to one receiving queue, as a
-// DPDK or OVS thread keeps to its TX queue); from a sender with fewer
-// pairs, to the pair its flow hash picks, so that new flows still spread.
-func TestNewFlowFollowsSendingPair(t *testing.T) {
-	d := newDataplane(t)
-	a := dial(t, addPort(t, d, "a", netdev.RoleServer, 4), frontend.Config{QueuePairs: 4})
-	b := dial(t, addPort(t, d, "b", netdev.RoleServer, 4), frontend.Config{QueuePairs: 4})
-	c := dial(t, addPort(t, d, "c", netdev.RoleServer, 1), frontend.Config{QueuePairs: 1})
-	learn(t, a, b, 4)
-	byHash := 0 // a's flows whose hash picks another pair than a's
-	for pair := range 4 {
-		for i := range 4 {
-			fr := udpFrame(macB, macA, uint16(6000+16*pair+i), 5201, []byte("from a"))
-			if h := int(vswitch.FlowHash(fr) % 4); h != pair {
-				byHash++
-			}
-			if err := a.Send(pair, fr); err != nil {
-				t.Fatal(err)
-			}
-			got, gotPair := recvAny(t, b, 4, 2*time.Second)
-			if !bytes.Equal(got, fr) {
-				t.Fatalf("a pair %d flow %d: b got %x, want the frame sent", pair, i, got[:min(len(got), 42)])
-			}
-			if gotPair != pair {
-				t.Errorf("a new flow from a's pair %d arrived on b's pair %d, want %d", pair, gotPair, pair)
-			}
-		}
-	}
-	if byHash == 0 {
-		t.Fatal("every flow's hash picks the sending pair anyway: the test tells nothing")
-	}
-	hit := map[int]int{}
-	for i := range 16 {
-		fr := udpFrame(macB, macC, uint16(7000+i), 5201, []byte("from c"))
-		if err := c.Send(0, fr); err != nil {
-			t.Fatal(err)
-		}
-		got, gotPair := recvAny(t, b, 4, 2*time.Second)
-		if !bytes.Equal(got, fr) {
-			t.Fatalf("c flow %d: b got %x, want the frame sent", i, got[:min(len(got), 42)])
-		}
-		if want := int(vswitch.FlowHash(fr) % 4); gotPair != want {
-			t.Errorf("c's new flow %d (one pair) arrived on b's pair %d, want %d (its hash's)", i, gotPair, want)
-		}
-		hit[gotPair]++
-	}
-	if len(hit) < 2 {
-		t.Errorf("16 new flows from a port with one pair reached b's pairs %v, want a spread over several", hit)
-	}
-}
-
 // TestFlowOnTwoPairsStaysOnOne: a guest that sends one flow on two pairs
 // at once (a forwarder does) gets every reply on the pair that sent it
 // first, in order, until that pair has been silent for a whole epoch of

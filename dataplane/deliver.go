@@ -129,7 +129,7 @@ func (w *worker) put(dst *port, frame []byte, hash uint32) (rv *netdev.Vring, re
 	// frame there: held, the ring cannot stop meanwhile.
 	h := &w.s.rx
 	if h.port != dst || len(dst.rxReady) != 1 {
-		pair := dst.pickRX(hash, w.s.a)
+		pair := dst.pickRX(hash)
 		if pair < 0 {
 			dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
 			return nil, fillBroken
@@ -347,7 +347,7 @@ func (w *worker) deliverBuf(dst *port, frame []byte, hash uint32) (full *netdev.
 // read), and returns the frame length (more than maxFrame: too long, not
 // delivered). The caller checks r.Err().
 func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int, hash uint32) int {
-	pair := dst.pickRX(hash, w.s.a)
+	pair := dst.pickRX(hash)
 	if pair < 0 {
 		n := len(prefix) + r.Skip(maxFrame+1-len(prefix))
 		if n <= maxFrame {
@@ -399,7 +399,7 @@ func (w *worker) forward(dst *port, r *virtq.Reader, prefix []byte, maxFrame int
 // frame: the walk is bounded again and a frame that came out shorter is
 // not delivered).
 func (w *worker) deliver(dst *port, src *virtq.Queue, head uint16, srcHdr int, prefix []byte, frameLen int, hash uint32) {
-	pair := dst.pickRX(hash, w.s.a)
+	pair := dst.pickRX(hash)
 	if pair < 0 {
 		dst.dev.Vrings()[0].Counters.DropDisable.Add(1)
 		return

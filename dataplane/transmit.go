@@ -436,7 +436,7 @@ func (w *worker) classify(b *txBurst, k int) {
 			if len(to.rxReady) > 1 {
 				// steered here, so that a run takes the frames that go
 				// to one RX ring (unicastRun)
-				p.dst |= uint16(uint8(to.pickRX(p.hash, b.a))) << 8
+				p.dst |= uint16(uint8(to.pickRX(p.hash))) << 8
 			}
 		}
 	}
