@@ -239,24 +239,10 @@ stop_node x1
 stop_node x2
 
 # ---------------------------------------------------------------- kernel path, same run
-# kguest NAME NETNS MAC IP ROLES...: a guest on a tap in NETNS's br0
-kguest() {
-    local name=$1 ns=$2 mac=$3 ip=$4 tapname=kt$1$$
-    shift 4
-    VMQ_GUEST_WRAP="ip netns exec $ns" vmq_guest_boot "$name" "$WORK" 240 \
-        -netdev "tap,id=net0,ifname=${tapname:0:15},script=no,downscript=no,vhost=off" \
-        -device "virtio-net-pci,netdev=net0,mac=$mac" -- "vmq.ip=$ip" "$@"
-    local i
-    for ((i = 0; i < 100; i++)); do
-        ip -n "$ns" link set "${tapname:0:15}" master br0 up 2>/dev/null && return 0
-        sleep 0.1
-    done
-    vmq_fail "kernel path: tap for $name did not appear"
-}
 KCOMMON=("vmq.time=$ITIME" "vmq.streams=$STREAMS" "vmq.duration=200" "vmq.offloads=$OFFLOADS")
-kguest kb "$N2" 52:54:00:30:00:03 10.30.0.3/24 vmq.role=server "${KCOMMON[@]}"
-kguest kc "$N2" 52:54:00:30:00:04 10.30.0.4/24 vmq.role=server "${KCOMMON[@]}"
-kguest ka "$N1" 52:54:00:30:00:02 10.30.0.2/24 vmq.role=client vmq.peer=10.30.0.3 "${KCOMMON[@]}"
+vmq_tap_guest kb "$N2" 52:54:00:30:00:03 10.30.0.3/24 "" vmq.role=server "${KCOMMON[@]}"
+vmq_tap_guest kc "$N2" 52:54:00:30:00:04 10.30.0.4/24 "" vmq.role=server "${KCOMMON[@]}"
+vmq_tap_guest ka "$N1" 52:54:00:30:00:02 10.30.0.2/24 "" vmq.role=client vmq.peer=10.30.0.3 "${KCOMMON[@]}"
 if vmq_guest_wait ka 'VHOSTMQ-RESULT role-done role=client' 180; then
     for dir in forward reverse; do
         line=$(vmq_iperf_line "${VMQ_GUEST_LOG[ka]}" "$dir")

@@ -906,6 +906,30 @@ vmq_guest_wait() {
     fi
 }
 
+# vmq_tap_guest NAME NETNS MAC IP MTU CMDLINE...: a guest on the kernel's
+#   path beside the dataplane's, for comparison: its NIC on a tap (no
+#   vhost-net) in NETNS's bridge br0, address IP (vmq.ip), work dir $WORK.
+#   MTU empty: the default; else the NIC's host_mtu and the tap's MTU.
+vmq_tap_guest() {
+    local name=$1 ns=$2 mac=$3 ip=$4 mtu=$5 tap=kt$1$$
+    shift 5
+    tap=${tap:0:15}
+    local nic="virtio-net-pci,netdev=net0,mac=$mac" mtuset=()
+    if [[ -n $mtu ]]; then
+        nic+=",host_mtu=$mtu"
+        mtuset=(mtu "$mtu")
+    fi
+    VMQ_GUEST_WRAP="ip netns exec $ns" vmq_guest_boot "$name" "$WORK" 240 \
+        -netdev "tap,id=net0,ifname=$tap,script=no,downscript=no,vhost=off" \
+        -device "$nic" -- "vmq.ip=$ip" "$@"
+    local i
+    for ((i = 0; i < 100; i++)); do
+        ip -n "$ns" link set "$tap" "${mtuset[@]}" master br0 up 2>/dev/null && return 0
+        sleep 0.1
+    done
+    vmq_fail "kernel path: tap $tap for $name did not appear in $ns"
+}
+
 # vmq_guest_boot_s NAME: host seconds from QEMU start to the guest's "boot" line
 # (measured now: call it right after vmq_guest_wait NAME 'VHOSTMQ-RESULT boot')
 vmq_guest_boot_s() { vmq_elapsed "${VMQ_GUEST_T0[$1]}"; }
