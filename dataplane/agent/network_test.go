@@ -7,14 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netns"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +20,7 @@ import (
 	agentv1 "github.com/vhostmq/vhostmq/dataplane/api/v1"
 	"github.com/vhostmq/vhostmq/dataplane/dhcp/dhcptest"
 	"github.com/vhostmq/vhostmq/dataplane/frontend"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 	"github.com/vhostmq/vhostmq/dataplane/tap"
 	"github.com/vhostmq/vhostmq/dataplane/vxlan"
 )
@@ -199,33 +197,9 @@ func TestSchema1StateRestored(t *testing.T) {
 // for it by network; a down bridge shows in health and metrics and new
 // ports on it are refused naming spec.uplink.
 func TestTapUplinkThroughTheAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
 	ns := fmt.Sprintf("vmqag%d", os.Getpid())
-	for _, args := range [][]string{{"netns", "add", ns}, {"-n", ns, "link", "add", "br0", "type", "bridge"}, {"-n", ns, "link", "set", "br0", "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	var dp *dataplane.Dataplane
-	func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		orig, _ := netns.Get()
-		defer orig.Close()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		netns.Set(h)
-		defer netns.Set(orig)
-		if dp, err = dataplane.New(dataplane.Config{Logger: logger(), Uplink: &tap.Config{Name: "vmqup0", Attach: "br0"}}); err != nil {
-			t.Fatal(err)
-		}
-	}()
+	dp := dataplaneInNetns(t, ns, [][]string{{"-n", ns, "link", "add", "br0", "type", "bridge"}, {"-n", ns, "link", "set", "br0", "up"}},
+		dataplane.Config{Logger: logger(), Uplink: &tap.Config{Name: "vmqup0", Attach: "br0"}})
 	e := startOn(t, shortDir(t), dp, 4)
 	s := e.spec("u", 1)
 	s.Network, s.Vlan, s.Uplink = "ns1/red", 10, "tap"
@@ -263,9 +237,6 @@ func TestTapUplinkThroughTheAgent(t *testing.T) {
 // ask for it by network ("af_xdp"); asking for the tap uplink the node
 // lacks is refused, and so are new ports while the NIC is down.
 func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
 	ns := fmt.Sprintf("vmqax%d", os.Getpid())
 	dp := dataplaneInNetns(t, ns, [][]string{{"-n", ns, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1"},
 		{"-n", ns, "link", "set", "vx0", "up"}, {"-n", ns, "link", "set", "vx1", "up"}},
@@ -315,9 +286,6 @@ func TestAFXDPUplinkThroughTheAgent(t *testing.T) {
 // VNI that its ports agree on and no VLAN; an MTU left at 0 is the
 // uplink's (the underlay's 1500 less 50), a larger one is refused.
 func TestVXLANUplinkThroughTheAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
 	ns := fmt.Sprintf("vmqvx%d", os.Getpid())
 	vc := &vxlan.Config{Local: netip.MustParseAddr("10.50.0.1"), MTU: 1500, VTEPs: []netip.Addr{netip.MustParseAddr("10.50.0.2")}}
 	dp := dataplaneInNetns(t, ns, [][]string{{"-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"},
@@ -363,29 +331,17 @@ func TestVXLANUplinkThroughTheAgent(t *testing.T) {
 }
 
 // dataplaneInNetns makes network namespace ns (removed when the test
-// ends), runs the ip commands in setup, and starts a dataplane inside it.
+// ends; without root the test is skipped), runs the ip commands in setup,
+// and starts a dataplane inside it.
 func dataplaneInNetns(t *testing.T, ns string, setup [][]string, cfg dataplane.Config) *dataplane.Dataplane {
 	t.Helper()
-	for _, args := range append([][]string{{"netns", "add", ns}}, setup...) {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-		if args[0] == "netns" {
-			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		}
+	nettest.AddNetns(t, ns)
+	for _, args := range setup {
+		nettest.Run(t, append([]string{"ip"}, args...)...)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, _ := netns.Get()
-	defer orig.Close()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	netns.Set(h)
-	defer netns.Set(orig)
-	dp, err := dataplane.New(cfg)
+	var dp *dataplane.Dataplane
+	var err error
+	nettest.In(t, ns, func() { dp, err = dataplane.New(cfg) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,39 +4,22 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
+	"github.com/vhostmq/vhostmq/dataplane/internal/nettest"
 )
 
 // inNewNS runs f in a fresh network namespace with a bridge br0 and a
 // veth pair v0/v1 (not a bridge).
 func inNewNS(t *testing.T, f func(ns string)) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
 	name := fmt.Sprintf("vmqtap%d", os.Getpid())
-	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "add", "br0", "type", "bridge"},
-		{"-n", name, "link", "set", "br0", "up"}, {"-n", name, "link", "add", "v0", "type", "veth", "peer", "name", "v1"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
+	nettest.AddNetns(t, name)
+	for _, args := range [][]string{{"link", "add", "br0", "type", "bridge"}, {"link", "set", "br0", "up"},
+		{"link", "add", "v0", "type", "veth", "peer", "name", "v1"}} {
+		nettest.Run(t, append([]string{"ip", "-n", name}, args...)...)
 	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, _ := netns.Get()
-	defer orig.Close()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	netns.Set(ns)
-	defer netns.Set(orig)
-	f(name)
+	nettest.In(t, name, func() { f(name) })
 }
 
 func TestOpenAndCheck(t *testing.T) {
